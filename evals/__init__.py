@@ -1,0 +1,1 @@
+"""Benchmarks and evaluations of mk (run from the repository root: python -m evals.<name>)."""

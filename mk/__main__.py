@@ -1,0 +1,5 @@
+import sys
+
+from mk.cli import main
+
+sys.exit(main())

@@ -1,0 +1,63 @@
+"""One error hierarchy for mk.
+
+Every error mk raises on purpose derives from :class:`MkError`. Each carries a
+message that says what went wrong *and what to do*, plus keyword metadata
+(``path``, ``hint`` ...) that callers and the CLI can show or serialise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class MkError(Exception):
+    """Root of mk's errors. ``str(err)`` is a sentence a person can act on."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None, **metadata: Any):
+        self.message = message
+        self.hint = hint
+        self.metadata = metadata
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.metadata.items()}
+        return {"error": type(self).__name__, "message": self.message, "hint": self.hint, **meta}
+
+
+class TaskError(MkError):
+    """A task could not be loaded or is malformed. ``path`` names the file."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None, **kw: Any):
+        self.path = Path(path) if path is not None else None
+        prefix = f"{self.path}: " if self.path is not None else ""
+        super().__init__(prefix + message, path=self.path, **kw)
+
+
+class CandidateError(MkError):
+    """A candidate file cannot be used (missing, unreadable, no ``kernel``)."""
+
+
+class TargetError(MkError):
+    """An unknown target or an operation the target cannot do here."""
+
+
+class StoreError(MkError):
+    """The DuckDB store could not be opened, migrated or written."""
+
+
+class ConfigError(MkError):
+    """mk is not configured for what was asked (no model, bad option ...)."""
+
+
+class BudgetExceeded(MkError):
+    """A run's budget (LM calls, cost, wall time) is spent."""
+
+
+class KnowledgeError(MkError):
+    """The knowledge store could not be built, loaded or searched."""

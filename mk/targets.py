@@ -1,0 +1,123 @@
+"""Targets: ``tpu``, ``gpu`` and ``cpu``.
+
+A target knows how to *compile-check* a function on any machine (lower it for
+the target's platform), how to *run* it for correctness (on the device, or in
+Pallas interpret mode where the device is absent) and whether it can be *timed*
+here (only on a real device of that kind; on the CPU for ``cpu``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from mk.errors import TargetError
+
+log = logging.getLogger(__name__)
+
+TARGET_NAMES = ("tpu", "gpu", "cpu")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    #: the platform name ``lower(lowering_platforms=...)`` expects
+    platform: str
+    #: the ``jax.devices()`` platform that means "the device is here"
+    device_platform: str
+
+    # --- where are we ------------------------------------------------------
+    def device_present(self) -> bool:
+        import jax
+
+        try:
+            return any(d.platform == self.device_platform for d in jax.devices())
+        except RuntimeError:
+            return False
+
+    def device_kind(self) -> str | None:
+        """e.g. ``"TPU v6 lite"`` or ``"NVIDIA H200"``; None when absent."""
+        import jax
+
+        if not self.device_present():
+            return None
+        return next(d.device_kind for d in jax.devices() if d.platform == self.device_platform)
+
+    def can_time(self) -> bool:
+        """Timing only on a real device of this kind (the CPU for ``cpu``)."""
+        return self.device_present()
+
+    def mode(self) -> str:
+        """``device`` when the kernels run on the real device, else ``interpret``."""
+        return "device" if self.device_present() else "interpret"
+
+    # --- compile check ------------------------------------------------------
+    def lower(self, fn: Callable[..., Any], *arg_structs: Any) -> Any:
+        """Lower ``fn`` for this target's platform; raises what the compiler raises."""
+        import jax
+
+        return jax.jit(fn).trace(*arg_structs).lower(lowering_platforms=(self.platform,))
+
+    # --- correctness runs ------------------------------------------------------
+    @contextlib.contextmanager
+    def execution(self) -> Iterator[None]:
+        """Context in which kernels for this target run here.
+
+        On the device: nothing to do. Without it: TPU kernels run in the TPU
+        interpreter with NaN-filled uninitialised memory and race detection;
+        GPU kernels run with ``interpret=True`` forced on every ``pallas_call``
+        (JAX has no global switch for them). On ``cpu`` Pallas only runs
+        interpreted, so ``pallas_call`` is always forced to interpret."""
+        if self.name != "cpu" and self.device_present():
+            yield
+            return
+        if self.name == "tpu":
+            from jax.experimental.pallas import tpu as pltpu
+
+            params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
+            with pltpu.force_tpu_interpret_mode(params):
+                yield
+        else:
+            with _force_pallas_interpret():
+                yield
+
+
+@contextlib.contextmanager
+def _force_pallas_interpret() -> Iterator[None]:
+    """Make every ``pl.pallas_call`` made inside the block run interpreted.
+
+    Candidates call ``pl.pallas_call`` through ``jax.experimental.pallas``;
+    we swap that attribute (and the private module's) for a wrapper that sets
+    ``interpret=True`` and restore it afterwards."""
+    import jax.experimental.pallas as pl
+    from jax._src.pallas import pallas_call as impl
+
+    original = impl.pallas_call
+
+    @functools.wraps(original)
+    def interpreted(*args: Any, **kwargs: Any) -> Any:
+        kwargs["interpret"] = kwargs.get("interpret") or True
+        return original(*args, **kwargs)
+
+    pl.pallas_call, impl.pallas_call = interpreted, interpreted
+    try:
+        yield
+    finally:
+        pl.pallas_call, impl.pallas_call = original, original
+
+
+_TARGETS = {
+    "tpu": Target("tpu", platform="tpu", device_platform="tpu"),
+    "gpu": Target("gpu", platform="cuda", device_platform="gpu"),
+    "cpu": Target("cpu", platform="cpu", device_platform="cpu"),
+}
+
+
+def get_target(name: str) -> Target:
+    try:
+        return _TARGETS[name]
+    except KeyError:
+        raise TargetError(f"unknown target {name!r}", hint=f"use one of: {', '.join(TARGET_NAMES)}") from None

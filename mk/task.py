@@ -1,0 +1,313 @@
+"""The task model: a reference function, its input spec, tolerances and scales.
+
+A :class:`Task` never holds arrays. Shapes are data (:class:`ArgSpec`), so a
+task can be listed, hashed and shipped to a sandbox process without allocating
+its inputs; arrays are drawn on demand by :meth:`Task.make_inputs`.
+
+Calling convention (the same for the reference and every candidate)::
+
+    reference(*dynamic_args, *static_values)
+
+where ``static_values`` are the values of :attr:`Task.static` in order, or,
+for tasks with ``static_as_kwargs=True``, ``reference(*dynamic, **static)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from mk.errors import TaskError
+
+#: Distributions the frozen suite may draw a floating input from.
+FLOAT_DISTRIBUTIONS = ("native", "normal", "uniform", "wide")
+INIT_KINDS = ("normal", "uniform", "randint", "ones", "zeros", "constant", "native")
+
+
+@dataclass(frozen=True)
+class Init:
+    """How one input is initialised.
+
+    ``kind`` is one of ``normal`` (``mean``, ``std``), ``uniform`` (``low``,
+    ``high``), ``randint`` (``low`` inclusive, ``high`` exclusive), ``ones``,
+    ``zeros``, ``constant`` (``value``) or ``native``: the values come from
+    the task's own input generator and are never redrawn (index arrays,
+    lengths, page tables and other structured inputs).
+    """
+
+    kind: str = "normal"
+    mean: float = 0.0
+    std: float = 1.0
+    low: float = 0.0
+    high: float = 1.0
+    value: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in INIT_KINDS:
+            raise TaskError(f"unknown init kind {self.kind!r}; use one of {', '.join(INIT_KINDS)}")
+
+    @classmethod
+    def parse(cls, value: "Init | str | Mapping[str, Any] | None", dtype: str) -> "Init":
+        """Accept an Init, a kind name, or a mapping such as ``{"kind": "uniform", "low": 0}``."""
+        if value is None:
+            return cls("normal") if _is_float(dtype) else cls("native")
+        if isinstance(value, Init):
+            return value
+        if isinstance(value, str):
+            return cls(value)
+        if isinstance(value, Mapping):
+            return cls(**dict(value))
+        raise TaskError(f"cannot read an input init from {value!r}")
+
+    def sample(self, rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """Draw an array on the host. ``native`` cannot be drawn here."""
+        if self.kind == "normal":
+            x = rng.standard_normal(shape, dtype=np.float32) * self.std + self.mean
+        elif self.kind == "uniform":
+            x = rng.uniform(self.low, self.high, size=shape).astype(np.float32)
+        elif self.kind == "randint":
+            x = rng.integers(int(self.low), int(self.high), size=shape)
+        elif self.kind == "ones":
+            x = np.ones(shape, np.float32)
+        elif self.kind == "zeros":
+            x = np.zeros(shape, np.float32)
+        elif self.kind == "constant":
+            x = np.full(shape, self.value, np.float32)
+        else:
+            raise TaskError("a 'native' input can only come from the task's own generator")
+        return np.asarray(x).astype(np_dtype(dtype))
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One dynamic input: name, shape (ints, or dim names resolved per scale), dtype, init."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+    init: Init = field(default_factory=Init)
+
+    def resolve(self, dims: Mapping[str, int]) -> tuple[int, ...]:
+        out = []
+        for d in self.shape:
+            if isinstance(d, str):
+                if d not in dims:
+                    raise TaskError(f"input {self.name!r} uses dim {d!r}, which the scale does not define")
+                out.append(int(dims[d]))
+            else:
+                out.append(int(d))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A named problem size. ``dims`` resolve symbolic shapes; ``shapes`` (per
+    input, in order) override them; ``static`` overrides static values."""
+
+    name: str
+    dims: Mapping[str, int] = field(default_factory=dict)
+    shapes: tuple[tuple[int, ...], ...] | None = None
+    static: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``atol``/``rtol``: one number for all outputs, or one per output."""
+
+    atol: float | tuple[float, ...] = 1e-5
+    rtol: float | tuple[float, ...] = 1e-5
+
+    def for_output(self, i: int) -> tuple[float, float]:
+        def pick(v: float | tuple[float, ...]) -> float:
+            if isinstance(v, tuple):
+                return float(v[min(i, len(v) - 1)])
+            return float(v)
+
+        return pick(self.atol), pick(self.rtol)
+
+
+@dataclass(frozen=True)
+class StaticArg:
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Task:
+    """A reference computation to beat, with everything needed to judge a candidate."""
+
+    name: str
+    reference: Callable[..., Any]
+    args: tuple[ArgSpec, ...]
+    scales: Mapping[str, Scale]
+    static: tuple[StaticArg, ...] = ()
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    description: str = ""
+    source: Path | None = None
+    kind: str = "callable"  # callable | module | maxkernel | jaxbench | builtin
+    static_as_kwargs: bool = False
+    default_scale: str = "full"
+    #: ``native_inputs(scale) -> (dynamic, static)``: the task's own generator.
+    native_inputs: Callable[[str], tuple[Sequence[Any], Sequence[Any]]] | None = None
+    #: Where a sandbox process can re-load this task (kind, path, id).
+    locator: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not callable(self.reference):
+            raise TaskError(f"task {self.name!r}: the reference is not callable", path=self.source)
+        if not self.scales:
+            raise TaskError(f"task {self.name!r} defines no scale", path=self.source)
+        if self.default_scale not in self.scales:
+            object.__setattr__(self, "default_scale", next(iter(self.scales)))
+        names = [a.name for a in self.args]
+        if len(set(names)) != len(names):
+            raise TaskError(f"task {self.name!r} has duplicate input names {names}", path=self.source)
+
+    # --- shapes -----------------------------------------------------------
+    def scale(self, name: str | None = None) -> Scale:
+        name = name or self.default_scale
+        if name not in self.scales:
+            raise TaskError(
+                f"task {self.name!r} has no scale {name!r}",
+                path=self.source,
+                hint=f"choose one of: {', '.join(self.scales)}",
+            )
+        return self.scales[name]
+
+    def shapes(self, scale: str | None = None) -> list[tuple[int, ...]]:
+        sc = self.scale(scale)
+        if sc.shapes is not None:
+            if len(sc.shapes) != len(self.args):
+                raise TaskError(f"scale {sc.name!r} gives {len(sc.shapes)} shapes for {len(self.args)} inputs", path=self.source)
+            return [tuple(int(d) for d in s) for s in sc.shapes]
+        return [a.resolve(sc.dims) for a in self.args]
+
+    def arg_structs(self, scale: str | None = None) -> list[Any]:
+        import jax
+
+        return [jax.ShapeDtypeStruct(s, np_dtype(a.dtype)) for a, s in zip(self.args, self.shapes(scale))]
+
+    def static_values(self, scale: str | None = None) -> list[Any]:
+        sc = self.scale(scale)
+        return [sc.static.get(s.name, s.value) for s in self.static]
+
+    # --- calling ----------------------------------------------------------
+    def bind(self, fn: Callable[..., Any], scale: str | None = None) -> Callable[..., Any]:
+        """``fn`` with the static arguments of ``scale`` applied: ``g(*dynamic)``."""
+        values = self.static_values(scale)
+        if self.static_as_kwargs:
+            kw = {s.name: v for s, v in zip(self.static, values)}
+            return lambda *dyn: fn(*dyn, **kw)
+        return lambda *dyn: fn(*dyn, *values)
+
+    def output_structs(self, scale: str | None = None) -> Any:
+        """Output shapes and dtypes from ``jax.eval_shape`` (no allocation)."""
+        import jax
+
+        return jax.eval_shape(self.bind(self.reference, scale), *self.arg_structs(scale))
+
+    # --- inputs -----------------------------------------------------------
+    def make_inputs(self, scale: str | None = None, seed: int = 0, distribution: str = "native") -> list[np.ndarray]:
+        """Host arrays for one case. ``distribution`` is ``native`` (each input's
+        own init) or one of :data:`FLOAT_DISTRIBUTIONS`, which replaces the init
+        of floating inputs. ``native``-init inputs come from :attr:`native_inputs`."""
+        shapes = self.shapes(scale)
+        if distribution == "native" and self.native_inputs is not None:
+            dyn = [np.asarray(x) for x in self.native_inputs(self.scale(scale).name)[0]]
+            got = [tuple(x.shape) for x in dyn]
+            if got != [tuple(s) for s in shapes]:
+                raise TaskError(f"the task's input generator returned shapes {got}, the spec says {shapes}", path=self.source)
+            return dyn
+        rng = np.random.default_rng(np.random.SeedSequence([seed, _stable_int(self.name)]))
+        native: list[Any] | None = None
+        out = []
+        for i, (spec, shape) in enumerate(zip(self.args, shapes)):
+            init = spec.init
+            if distribution != "native" and _is_float(spec.dtype) and init.kind != "native":
+                init = _override(distribution)
+            if init.kind == "native":
+                if native is None:
+                    if self.native_inputs is None:
+                        raise TaskError(f"input {spec.name!r} has a native init but the task has no input generator", path=self.source)
+                    native = list(self.native_inputs(self.scale(scale).name)[0])
+                out.append(np.asarray(native[i]))
+            else:
+                out.append(init.sample(rng, shape, spec.dtype))
+        return out
+
+    # --- identity ---------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary: inputs and shapes per scale, statics, tolerances."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "source": str(self.source) if self.source else None,
+            "inputs": [{"name": a.name, "dtype": a.dtype, "init": a.init.kind} for a in self.args],
+            "scales": {n: [list(s) for s in self.shapes(n)] for n in self.scales},
+            "static": {s.name: _jsonable(s.value) for s in self.static},
+            "atol": _jsonable(self.tolerance.atol),
+            "rtol": _jsonable(self.tolerance.rtol),
+            "description": self.description,
+        }
+
+    def fingerprint(self) -> str:
+        """Hash of the reference source and the spec: changes when the task does."""
+        try:
+            src = inspect.getsource(self.reference)
+        except (OSError, TypeError):
+            src = repr(self.reference)
+        blob = json.dumps({"src": src, "spec": self.describe()}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def with_scales(self, scales: Mapping[str, Scale]) -> "Task":
+        return dataclasses.replace(self, scales=dict(scales))
+
+
+def np_dtype(name: str) -> np.dtype:
+    """numpy dtype for a dtype name, bfloat16 and fp8 included (via ml_dtypes)."""
+    try:
+        import jax.numpy as jnp
+
+        return np.dtype(getattr(jnp, name)) if hasattr(jnp, name) else np.dtype(name)
+    except (TypeError, AttributeError) as exc:
+        raise TaskError(f"unknown dtype {name!r}") from exc
+
+
+def dtype_name(dtype: Any) -> str:
+    return np.dtype(dtype).name
+
+
+def _is_float(dtype: str) -> bool:
+    return np.issubdtype(np_dtype(dtype), np.floating) or "float" in dtype
+
+
+def _override(distribution: str) -> Init:
+    if distribution == "normal":
+        return Init("normal")
+    if distribution == "uniform":
+        return Init("uniform", low=-1.0, high=1.0)
+    if distribution == "wide":
+        return Init("normal", mean=0.5, std=3.0)
+    raise TaskError(f"unknown input distribution {distribution!r}; use one of {', '.join(FLOAT_DISTRIBUTIONS)}")
+
+
+def _stable_int(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v if not (isinstance(v, float) and math.isnan(v)) else "nan"
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return repr(v)
