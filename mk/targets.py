@@ -55,11 +55,16 @@ class Target:
         return "device" if self.device_present() else "interpret"
 
     # --- compile check ------------------------------------------------------
-    def lower(self, fn: Callable[..., Any], *arg_structs: Any) -> Any:
-        """Lower ``fn`` for this target's platform; raises what the compiler raises."""
+    def lower(self, fn: Callable[..., Any], *arg_structs: Any, chip: str = "v6e") -> Any:
+        """Lower ``fn`` for this target's platform; raises what the compiler raises.
+
+        ``chip`` (tpu only, without a TPU here): the TPU generation the Mosaic
+        lowering assumes for generation-dependent choices (v4, v5e, v5p, v6e, 7x)."""
         import jax
 
-        return jax.jit(fn).trace(*arg_structs).lower(lowering_platforms=(self.platform,))
+        ctx = _assume_tpu_chip(chip) if self.name == "tpu" and not self.device_present() else contextlib.nullcontext()
+        with ctx:
+            return jax.jit(lambda *a: fn(*a)).trace(*arg_structs).lower(lowering_platforms=(self.platform,))
 
     # --- correctness runs ------------------------------------------------------
     @contextlib.contextmanager
@@ -107,6 +112,31 @@ def _force_pallas_interpret() -> Iterator[None]:
         yield
     finally:
         pl.pallas_call, impl.pallas_call = original, original
+
+
+_CHIPS = {"v4": "TPU_V4", "v5e": "TPU_V5E", "v5p": "TPU_V5P", "v6e": "TPU_V6E", "7x": "TPU_7X", "v7x": "TPU_7X"}
+
+
+@contextlib.contextmanager
+def _assume_tpu_chip(chip: str) -> Iterator[None]:
+    """Let Mosaic's TPU lowering run on a machine whose default device is a CPU
+    by registering the CPU's device kind as the chosen TPU generation."""
+    import jax
+    from jax._src.pallas.mosaic import tpu_info
+
+    if chip not in _CHIPS:
+        raise TargetError(f"unknown TPU generation {chip!r}", hint=f"use one of: {', '.join(_CHIPS)}")
+    version = getattr(tpu_info.ChipVersion, _CHIPS[chip])
+    kind = jax.devices()[0].device_kind
+    previous = tpu_info.registry.get(kind)
+    tpu_info.registry[kind] = lambda: tpu_info.get_tpu_info_for_chip(version, 1)
+    try:
+        yield
+    finally:
+        if previous is None:
+            tpu_info.registry.pop(kind, None)
+        else:
+            tpu_info.registry[kind] = previous
 
 
 _TARGETS = {

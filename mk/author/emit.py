@@ -1,0 +1,230 @@
+"""Turn (part of) a jaxpr back into plain ``jnp``/``lax`` Python source.
+
+The offline author uses this to put the reference's own computation inside a
+Pallas kernel body, where it runs on *blocks* rather than whole arrays. The
+emitted code is therefore written "row-agnostic": each value's leading *row*
+axes (the ones a kernel tiles over) are collapsed into one physical axis, axes
+are addressed from the right, and broadcasts rely on numpy-style right
+alignment instead of fixed shapes. Anything that cannot be expressed that way
+raises :class:`Unsupported` with the reason, so the author can decline.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class Unsupported(Exception):
+    """This jaxpr cannot be emitted as block-local code; the message says why."""
+
+
+_UNARY = {
+    "neg": "-{0}", "exp": "jnp.exp({0})", "exp2": "jnp.exp2({0})", "log": "jnp.log({0})", "log1p": "jnp.log1p({0})",
+    "expm1": "jnp.expm1({0})", "tanh": "jnp.tanh({0})", "logistic": "jax.nn.sigmoid({0})", "sqrt": "jnp.sqrt({0})",
+    "rsqrt": "lax.rsqrt({0})", "cbrt": "jnp.cbrt({0})", "abs": "jnp.abs({0})", "sign": "jnp.sign({0})",
+    "floor": "jnp.floor({0})", "ceil": "jnp.ceil({0})", "erf": "lax.erf({0})", "erfc": "lax.erfc({0})",
+    "erf_inv": "lax.erf_inv({0})", "sin": "jnp.sin({0})", "cos": "jnp.cos({0})", "tan": "jnp.tan({0})",
+    "not": "~{0}", "is_finite": "jnp.isfinite({0})", "square": "({0} * {0})", "stop_gradient": "{0}",
+    "copy": "{0}", "copy_p": "{0}", "optimization_barrier": "{0}", "real": "{0}", "round": "jnp.round({0})",
+    "softplus": "jax.nn.softplus({0})",
+}
+_BINARY = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})", "max": "jnp.maximum({0}, {1})",
+    "min": "jnp.minimum({0}, {1})", "pow": "jnp.power({0}, {1})", "atan2": "jnp.arctan2({0}, {1})", "rem": "lax.rem({0}, {1})",
+    "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "eq": "({0} == {1})", "ne": "({0} != {1})",
+    "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})", "add_any": "({0} + {1})",
+    "nextafter": "jnp.nextafter({0}, {1})",
+}
+_REDUCE = {"reduce_sum": "jnp.sum", "reduce_max": "jnp.max", "reduce_min": "jnp.min", "reduce_prod": "jnp.prod",
+           "reduce_and": "jnp.all", "reduce_or": "jnp.any", "argmax": "jnp.argmax", "argmin": "jnp.argmin"}
+_INLINE = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "remat", "checkpoint")
+
+
+@dataclass
+class Emitted:
+    """Source lines computing ``outputs`` from ``inputs`` (names in the lines)."""
+
+    lines: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    primitives: set[str] = field(default_factory=set)
+
+
+def dtype_expr(dtype: Any) -> str:
+    return f"jnp.{np.dtype(dtype).name}"
+
+
+class Emitter:
+    """Emit eqns of a jaxpr; ``lead`` is the number of row axes (collapsed)."""
+
+    def __init__(self, lead: int, symbolic: dict[int, str] | None = None):
+        self.lead = lead
+        self.symbolic = symbolic or {}
+        self.out = Emitted()
+        self._names: dict[Any, str] = {}
+        self._rowlead: dict[str, int] = {}  # name -> number of row axes it carries (lead or 0)
+        self._n = 0
+
+    # --- names ---------------------------------------------------------------
+    def bind(self, var: Any, name: str, row: bool) -> None:
+        self._names[var] = name
+        self._rowlead[name] = self.lead if row else 0
+
+    def _fresh(self) -> str:
+        self._n += 1
+        return f"v{self._n}"
+
+    def _ref(self, atom: Any) -> tuple[str, int]:
+        from jax._src.core import Literal
+
+        if isinstance(atom, Literal):
+            val = np.asarray(atom.val)
+            dt = dtype_expr(atom.aval.dtype)
+            if id(atom) in self.symbolic:
+                return f"jnp.asarray({self.symbolic[id(atom)]}, {dt})", 0
+            if val.shape != ():
+                raise Unsupported("a non-scalar constant is baked into the computation")
+            item = val.item()
+            text = repr(item) if not isinstance(item, float) or np.isfinite(item) else f'float("{item}")'
+            return f"jnp.asarray({text}, {dt})", 0
+        if atom not in self._names:
+            raise Unsupported("the computation closes over an array constant")
+        name = self._names[atom]
+        return name, self._rowlead[name]
+
+    def _set(self, var: Any, expr: str, lead: int) -> None:
+        name = self._fresh()
+        self.out.lines.append(f"{name} = {expr}")
+        self._names[var] = name
+        self._rowlead[name] = lead
+
+    # --- eqns -----------------------------------------------------------------
+    def emit(self, eqns: list[Any]) -> None:
+        for eqn in eqns:
+            self._eqn(eqn)
+
+    def _eqn(self, eqn: Any) -> None:
+        prim = eqn.primitive.name
+        self.out.primitives.add(prim)
+        ins = [self._ref(a) for a in eqn.invars]
+        lead = max((l for _, l in ins), default=0)
+        p = eqn.params
+        if prim in _INLINE:
+            self._inline(eqn, ins)
+            return
+        if len(eqn.outvars) != 1:
+            raise Unsupported(f"primitive {prim!r} with several outputs is not supported in a block body")
+        out = eqn.outvars[0]
+        rank = len(out.aval.shape)
+        if prim in _UNARY:
+            self._set(out, _UNARY[prim].format(ins[0][0]), lead)
+        elif prim in _BINARY:
+            self._set(out, _BINARY[prim].format(ins[0][0], ins[1][0]), lead)
+        elif prim == "integer_pow":
+            self._set(out, f"lax.integer_pow({ins[0][0]}, {int(p['y'])})", lead)
+        elif prim == "convert_element_type":
+            self._set(out, f"{ins[0][0]}.astype({dtype_expr(p['new_dtype'])})", lead)
+        elif prim == "select_n":
+            if len(ins) == 3:  # select_n(pred, on_false, on_true), broadcasting like jnp.where
+                self._set(out, f"jnp.where({ins[0][0]}, {ins[2][0]}, {ins[1][0]})", lead)
+            else:
+                self._set(out, f"lax.select_n({', '.join(n for n, _ in ins)})", lead)
+        elif prim == "clamp":
+            self._set(out, f"jnp.clip({ins[1][0]}, {ins[0][0]}, {ins[2][0]})", lead)
+        elif prim == "reduce_precision":
+            self._set(out, f"lax.reduce_precision({ins[0][0]}, {p['exponent_bits']}, {p['mantissa_bits']})", lead)
+        elif prim in _REDUCE:
+            self._reduce(eqn, prim, ins[0])
+        elif prim == "broadcast_in_dim":
+            self._broadcast(eqn, ins[0])
+        elif prim in ("reshape", "squeeze", "expand_dims"):
+            self._reshape(eqn, ins[0])
+        elif prim == "transpose":
+            perm = tuple(p["permutation"])
+            name, l = ins[0]
+            if tuple(perm[:l]) != tuple(range(l)):
+                raise Unsupported("a transpose moves the row axes")
+            phys = ((0,) + tuple(q - l + 1 for q in perm[l:])) if l else perm
+            self._set(out, f"jnp.transpose({name}, {phys!r})", l)
+        elif prim == "dot_general":
+            raise Unsupported("a matrix product inside the row-wise part")
+        else:
+            raise Unsupported(f"primitive {prim!r} has no block-local form in mk's emitter")
+        del rank
+
+    def _inline(self, eqn: Any, ins: list[tuple[str, int]]) -> None:
+        p = eqn.params
+        sub = p.get("jaxpr") or p.get("call_jaxpr") or p.get("fun_jaxpr")
+        if sub is None:
+            raise Unsupported(f"cannot inline {eqn.primitive.name!r}")
+        closed = getattr(sub, "jaxpr", sub)
+        if getattr(sub, "consts", None):
+            raise Unsupported("a nested function closes over constants")
+        for v, (name, l) in zip(closed.invars, ins):
+            self._names[v] = name
+            self._rowlead[name] = l
+        self.emit(closed.eqns)
+        for outer, inner in zip(eqn.outvars, closed.outvars):
+            name, l = self._ref(inner)
+            self._names[outer] = name
+            self._rowlead[name] = l
+
+    def _reduce(self, eqn: Any, prim: str, arg: tuple[str, int]) -> None:
+        name, l = arg
+        rank = len(eqn.invars[0].aval.shape)
+        axes = tuple(eqn.params["axes"]) if "axes" in eqn.params else (eqn.params["axis"],)
+        if any(a < l for a in axes):
+            raise Unsupported("a reduction runs across rows (over the axes a kernel would tile)")
+        neg = tuple(a - rank for a in axes)
+        fn = _REDUCE[prim]
+        if prim in ("argmax", "argmin"):
+            expr = f"{fn}({name}, axis={neg[0]}).astype({dtype_expr(eqn.params['index_dtype'])})"
+        else:
+            expr = f"{fn}({name}, axis={neg!r})"
+        self._set(eqn.outvars[0], expr, l)
+
+    def _broadcast(self, eqn: Any, arg: tuple[str, int]) -> None:
+        name, l = arg
+        dims = tuple(eqn.params["broadcast_dimensions"])
+        rank = len(eqn.params["shape"])
+        L = self.lead
+        if l:  # a row value: its row axes must stay in front
+            if dims[:l] != tuple(range(l)):
+                raise Unsupported("a broadcast moves the row axes")
+            mapped = dims
+            start = L
+        else:  # a parameter: axes it puts on row positions must be size 1
+            src_shape = eqn.invars[0].aval.shape
+            if any(src_shape[j] != 1 for j, d in enumerate(dims) if d < L):
+                raise Unsupported("a parameter is broadcast along the row axes")
+            on_rows = [j for j, d in enumerate(dims) if d < L]
+            if on_rows:
+                name = f"{name}[{', '.join('0' if j in on_rows else ':' for j in range(len(dims)))}]"
+            mapped = tuple(d for d in dims if d >= L)
+            start = min(mapped, default=rank)
+        idx = [":" if k in mapped else "None" for k in range(start, rank)]
+        expr = f"{name}[..., {', '.join(idx)}]" if "None" in idx else name
+        self._set(eqn.outvars[0], expr, l)
+
+    def _reshape(self, eqn: Any, arg: tuple[str, int]) -> None:
+        name, l = arg
+        src = tuple(eqn.invars[0].aval.shape)
+        dst = tuple(eqn.outvars[0].aval.shape)
+        if l:
+            if src[:l] != dst[:l]:
+                raise Unsupported("a reshape changes the row axes")
+            tail = dst[l:]
+            self._set(eqn.outvars[0], f"{name}.reshape({name}.shape[:1] + {tail!r})", l)
+        else:
+            if self.lead and len(dst) >= self.lead and any(d != 1 for d in dst[: self.lead]) and len(dst) > len(src):
+                raise Unsupported("a reshape of a parameter creates row axes")
+            self._set(eqn.outvars[0], f"{name}.reshape({dst!r})", 0)
+
+    def result(self, outvars: list[Any]) -> Emitted:
+        self.out.outputs = [self._ref(v)[0] for v in outvars]
+        return self.out
