@@ -61,3 +61,7 @@ class BudgetExceeded(MkError):
 
 class KnowledgeError(MkError):
     """The knowledge store could not be built, loaded or searched."""
+
+
+class AgentOutputError(MkError):
+    """A sub-agent's answer failed validation on every try (``agent``, ``attempts``, ``errors``)."""

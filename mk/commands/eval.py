@@ -1,0 +1,103 @@
+"""``mk eval TASK CANDIDATE``: judge one candidate on one task.
+
+Prints a table (or, with ``--json``, the :class:`~mk.harness.results.EvalResult`
+JSON with its top-level ``status`` and ``reason``). Exit code 0 only for a
+``correct`` verdict, 1 for every other verdict, 2 for usage errors (a task or
+candidate that cannot be loaded). With ``--db PATH`` (or ``MK_DB``) the
+verdict is also recorded in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="judge a candidate kernel on a task (compile, correctness, timing)",
+        description="Evaluate CANDIDATE (a .py file defining kernel/workload/computation) on TASK (a MaxKernel task dir, "
+        "a JAXBench baseline.py, an mk task module or jaxbench:<id>) in a sandboxed worker.",
+    )
+    p.add_argument("task", metavar="TASK", help="task path or jaxbench:<id>")
+    p.add_argument("candidate", metavar="CANDIDATE", help="candidate .py file")
+    p.add_argument("--target", choices=("tpu", "gpu", "cpu"), default="cpu", help="target platform (default: cpu)")
+    p.add_argument("--scale", metavar="NAME", default=None, help="check and time only this scale (e.g. ci); default: every scale")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--db", metavar="PATH", default=None, help="record the verdict in this DuckDB store (default: $MK_DB if set)")
+    p.add_argument("--no-time", dest="measure", action="store_false", help="skip timing")
+    p.add_argument("--pure-jax", dest="require_pallas", action="store_false", default=None,
+                   help="accept a pure-JAX rewrite on tpu/gpu (no pallas_call required)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mk.candidate import load_candidate
+    from mk.harness import evaluate
+    from mk.loaders import load_task
+
+    task = load_task(args.task)
+    candidate = load_candidate(args.candidate)
+    result = evaluate(task, candidate, target=args.target, scale=args.scale, measure=args.measure, require_pallas=args.require_pallas)
+    db = args.db or os.environ.get("MK_DB")
+    if db:
+        record(db, result)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        _table(result)
+    return 0 if result.status == "correct" else 1
+
+
+def record(db: str, result: Any) -> str | None:
+    """Store the verdict when the store is available; returns the evaluation id."""
+    try:
+        from mk.store import Store
+    except ImportError:
+        log.info("mk.store is not available; the verdict is not recorded")
+        return None
+    with Store.open(db) as store:
+        return store.record_evaluation(
+            task_name=result.task, status=result.status, reason=result.reason, suite_hash=result.suite_hash,
+            speedup=result.speedup, result_json=result.model_dump_json(),
+        )
+
+
+def _table(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    colour = "green" if result.status == "correct" else "red"
+    console.print(f"[bold {colour}]{result.status}[/]: {result.reason}", highlight=False)
+    console.print(f"task {result.task} · target {result.target} · scales {', '.join(result.scales)} · suite {result.suite_hash[:12]}",
+                  highlight=False)
+    steps = Table("step", "ok", "seconds", "detail", title="steps")
+    for s in result.steps:
+        steps.add_row(s.name, {True: "yes", False: "no", None: "-"}[s.ok], f"{s.seconds:.2f}", s.detail)
+    console.print(steps)
+    if result.cases:
+        cases = Table("case", "scale", "seed", "inputs", "ok", "max abs", "max rel", "note", title="cases")
+        for c in result.cases:
+            cases.add_row(str(c.index), c.scale, str(c.seed), c.distribution, "yes" if c.ok else "no",
+                          _num(c.max_abs), _num(c.max_rel), c.note)
+        console.print(cases)
+    t = result.timing
+    if t is not None:
+        if t.measured:
+            console.print(f"speedup [bold]{t.speedup:.3g}x[/] at {t.scale}: candidate {t.candidate_median_s:.3g} s "
+                          f"(IQR {t.candidate_iqr_s:.2g}), reference {t.reference_median_s:.3g} s (IQR {t.reference_iqr_s:.2g}), "
+                          f"{t.runs} runs over {t.input_sets} input sets", highlight=False)
+        else:
+            console.print(f"timing: {t.reason}", highlight=False)
+    for flag in result.flags:
+        console.print(f"[bold yellow]flag:[/] {flag}", highlight=False)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"

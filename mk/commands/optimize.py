@@ -1,0 +1,68 @@
+"""`mk optimize TASK`: run the main job and write the best kernel."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("optimize", help="optimise a task: plan, write, verify, tune and keep the fastest correct kernel")
+    p.add_argument("task", help="an mk task module, a MaxKernel task dir, a JAXBench baseline.py or jaxbench:<id>")
+    p.add_argument("--mode", choices=["auto"], default="auto", help="auto: one closed-loop trajectory")
+    p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
+    p.add_argument("--target", choices=["tpu", "gpu", "cpu"], default="tpu")
+    p.add_argument("--scale", default=None, help="restrict the task to this scale (default: every scale it defines)")
+    p.add_argument("--iterations", type=int, default=4)
+    p.add_argument("--trials", type=int, default=6, help="autotuning trials per candidate")
+    p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
+    p.add_argument("--out", default="mk-out", help="folder for the kernel and the JSON report")
+    p.add_argument("--json", action="store_true", help="print status, run_id, kernel_path, speedup as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from mk.loaders import load_task
+    from mk.optimize import optimize_task
+
+    console = Console(stderr=args.json, highlight=False)
+    task = load_task(args.task)
+    if args.scale:
+        task = task.with_scales({args.scale: task.scale(args.scale)})
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "author":
+            console.print(f"[bold]{data['announcement']}[/]")
+        elif kind == "suite":
+            console.print(f"frozen suite {data['hash']}: {data['cases']} cases")
+        elif kind == "proposal":
+            console.print(f"[cyan]iteration {data['iteration']}[/]: {data['name']} — {data['rationale']}")
+        elif kind == "trial":
+            console.print(f"  trial {data['params']}: {data['status']}" + (f" ({data['reason']})" if data["status"] != "correct" else ""))
+        elif kind == "snapshot":
+            sp = f", speedup {data['speedup']:.2f}x" if data.get("speedup") else ""
+            console.print(f"  -> {data['status']}{sp}" + (f": {data['reason']}" if data["status"] != "correct" else ""))
+
+    with console.status("optimising…") if not args.json else _null():
+        report = optimize_task(task, target=args.target, lm=args.lm, iterations=args.iterations, db=args.db, out=args.out,
+                               max_trials=args.trials, on_event=on_event)
+    if args.json:
+        print(json.dumps({"status": report.status, "run_id": report.run_id, "kernel_path": report.kernel_path,
+                          "speedup": report.speedup, "stop_reason": report.stop_reason, "report_path": report.report_path}))
+    else:
+        speed = f"{report.speedup:.2f}x" if report.speedup is not None else "not measured (no device of this kind here)"
+        console.print(f"[bold]{report.status}[/]: {report.stop_reason}")
+        if report.kernel_path:
+            console.print(f"kernel: {report.kernel_path}  speedup: {speed}  report: {report.report_path}  run: {report.run_id}")
+    return 0 if report.status == "correct" else 1
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None

@@ -1,0 +1,119 @@
+"""Judge-side comparison of a candidate's outputs with the reference's.
+
+Per output: shape and dtype must match; ``|cand - ref| <= atol + rtol*|ref|``
+with the task's per-output tolerance; NaN/inf where the reference is finite
+fails; and an output that passes the tolerance while being uncorrelated with
+a varying reference (constants, zeros, noise: rule 4) fails too. Inputs are
+compared bit for bit with the judge's pristine copies (rule 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from mk.task import Tolerance
+
+#: rule 4 thresholds: Pearson correlation and relative L2 error against the reference
+MIN_CORRELATION = 0.9
+MAX_RELATIVE_L2 = 0.5
+_SAMPLE = 1_000_000
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    max_abs: float | None
+    max_rel: float | None
+    reason: str = ""
+
+
+def compare_outputs(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], tolerance: Tolerance) -> Comparison:
+    """Compare every output leaf; the first failure gives the reason, errors are maxima over all outputs."""
+    if len(candidate) != len(reference):
+        return Comparison(False, None, None, f"returned {len(candidate)} output array(s), the reference returns {len(reference)}")
+    max_abs = max_rel = 0.0
+    for k, (r, c) in enumerate(zip(reference, candidate)):
+        atol, rtol = tolerance.for_output(k)
+        got = compare_one(r, c, atol, rtol)
+        max_abs = max(max_abs, got.max_abs or 0.0)
+        max_rel = max(max_rel, got.max_rel or 0.0)
+        if not got.ok:
+            where = f"output {k}: " if len(reference) > 1 else ""
+            return Comparison(False, got.max_abs, got.max_rel, where + got.reason)
+    return Comparison(True, max_abs, max_rel)
+
+
+def compare_one(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> Comparison:
+    if tuple(cand.shape) != tuple(ref.shape):
+        return Comparison(False, None, None, f"shape {tuple(cand.shape)} differs from the reference's {tuple(ref.shape)}")
+    if cand.dtype != ref.dtype:
+        return Comparison(False, None, None, f"dtype {cand.dtype.name} differs from the reference's {ref.dtype.name}")
+    r, c = _as_float(ref), _as_float(cand)
+    finite = np.isfinite(r)
+    bad = finite & ~np.isfinite(c)
+    if bad.any():
+        return Comparison(False, None, None, f"{int(bad.sum())} NaN/inf value(s) where the reference is finite")
+    if not (np.isnan(c[~finite]) == np.isnan(r[~finite])).all() or not (c[~finite & ~np.isnan(r)] == r[~finite & ~np.isnan(r)]).all():
+        return Comparison(False, None, None, "non-finite values differ from the reference's")
+    diff = np.abs(c[finite] - r[finite])
+    if diff.size == 0:
+        return Comparison(True, 0.0, 0.0)
+    scale = np.maximum(np.abs(r[finite]), atol if atol > 0 else np.finfo(np.float64).tiny)
+    max_abs, max_rel = float(diff.max()), float((diff / scale).max())
+    over = diff > atol + rtol * np.abs(r[finite])
+    if over.any():
+        i = int(np.argmax(diff - (atol + rtol * np.abs(r[finite]))))
+        return Comparison(
+            False, max_abs, max_rel,
+            f"{int(over.sum())} of {diff.size} values outside atol={atol:g} rtol={rtol:g} "
+            f"(max abs error {max_abs:.3g}, e.g. got {c[finite][i]:.6g}, expected {r[finite][i]:.6g})",
+        )
+    why = _uncorrelated(r[finite], c[finite], ref.dtype)
+    if why:
+        return Comparison(False, max_abs, max_rel, f"output uncorrelated with the reference ({why})")
+    return Comparison(True, max_abs, max_rel)
+
+
+def check_inputs(pristine: Sequence[np.ndarray], after: Mapping[int, np.ndarray]) -> str | None:
+    """``None`` when every input is bit-identical after the call, else the reason."""
+    for k, before in enumerate(pristine):
+        if k not in after:
+            return f"input {k} was deleted or donated by the candidate (inputs must stay untouched)"
+        now = after[k]
+        if now.shape != before.shape or now.dtype != before.dtype or np.ascontiguousarray(now).tobytes() != np.ascontiguousarray(before).tobytes():
+            return f"the candidate mutated input {k} (inputs must stay untouched)"
+    return None
+
+
+def _as_float(a: np.ndarray) -> np.ndarray:
+    if np.iscomplexobj(a):
+        return np.stack([a.real, a.imag], axis=-1).astype(np.float64)
+    return a.astype(np.float64)
+
+
+def _uncorrelated(r: np.ndarray, c: np.ndarray, dtype: np.dtype) -> str | None:
+    """Rule 4: only where the reference varies more than the output dtype can resolve."""
+    if r.size < 2:
+        return None
+    if r.size > _SAMPLE:
+        step = r.size // _SAMPLE + 1
+        r, c = r.ravel()[::step], c.ravel()[::step]
+    rms = float(np.sqrt(np.mean(r * r)))
+    std = float(r.std())
+    if dtype.kind == "V":  # bfloat16/fp8 (ml_dtypes)
+        import ml_dtypes
+
+        eps = float(ml_dtypes.finfo(dtype).eps)
+    else:
+        eps = float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.inexact) else 0.0
+    if std == 0.0 or std <= 10 * eps * rms:
+        return None
+    rel_l2 = float(np.linalg.norm(c - r) / max(np.linalg.norm(r), np.finfo(np.float64).tiny))
+    cstd = float(c.std())
+    corr = 0.0 if cstd == 0.0 else float(np.corrcoef(r.ravel(), c.ravel())[0, 1])
+    if corr < MIN_CORRELATION or rel_l2 > MAX_RELATIVE_L2:
+        return f"pearson {corr:.3f} < {MIN_CORRELATION} or relative L2 error {rel_l2:.3f} > {MAX_RELATIVE_L2}"
+    return None

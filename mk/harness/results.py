@@ -1,0 +1,104 @@
+"""Typed results of an evaluation: one :class:`StepResult` per step, one
+:class:`CaseResult` per suite case, and the :class:`EvalResult` verdict."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["correct", "incorrect", "rejected", "compile_error", "timeout", "crashed"]
+STEP_NAMES = ("static", "compile", "correctness", "timing", "cost")
+
+
+class StepResult(BaseModel):
+    """What one harness step found. ``ok=None`` means the step did not run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    ok: Optional[bool] = None
+    seconds: float = 0.0
+    detail: str = ""
+
+
+class CaseResult(BaseModel):
+    """Correctness of one suite case (all outputs)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    scale: str
+    seed: int
+    distribution: str
+    ok: bool
+    max_abs: Optional[float] = None
+    max_rel: Optional[float] = None
+    note: str = ""
+
+
+class TimingResult(BaseModel):
+    """Wall-clock timing of candidate and reference, interleaved in one process.
+
+    ``measured=False`` always carries the reason; no estimate ever stands in
+    for a measurement."""
+
+    model_config = ConfigDict(frozen=True)
+
+    measured: bool
+    reason: str = ""
+    scale: Optional[str] = None
+    runs: int = 0
+    input_sets: int = 0
+    candidate_median_s: Optional[float] = None
+    reference_median_s: Optional[float] = None
+    candidate_iqr_s: Optional[float] = None
+    reference_iqr_s: Optional[float] = None
+    candidate_min_s: Optional[float] = None
+    candidate_max_s: Optional[float] = None
+    reference_min_s: Optional[float] = None
+    reference_max_s: Optional[float] = None
+    speedup: Optional[float] = None
+
+
+class CostResult(BaseModel):
+    """XLA cost analysis (compiled for CPU) and, where known, the roofline floor."""
+
+    model_config = ConfigDict(frozen=True)
+
+    candidate_flops: Optional[float] = None
+    candidate_bytes: Optional[float] = None
+    reference_flops: Optional[float] = None
+    reference_bytes: Optional[float] = None
+    roofline_floor_s: Optional[float] = None
+    source: str = "xla-cpu"
+    note: str = ""
+
+
+class EvalResult(BaseModel):
+    """The judge's verdict on one candidate for one task and target."""
+
+    status: Status
+    reason: str
+    task: str
+    target: str
+    scales: list[str] = Field(default_factory=list)
+    suite_hash: str = ""
+    candidate_digest: str = ""
+    steps: list[StepResult] = Field(default_factory=list)
+    cases: list[CaseResult] = Field(default_factory=list)
+    timing: Optional[TimingResult] = None
+    cost: Optional[CostResult] = None
+    flags: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "correct"
+
+    @property
+    def speedup(self) -> float | None:
+        return self.timing.speedup if self.timing and self.timing.measured else None
+
+    def step(self, name: str) -> StepResult | None:
+        return next((s for s in self.steps if s.name == name), None)

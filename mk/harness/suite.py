@@ -1,0 +1,225 @@
+"""The frozen test suite and the judge's own reference outputs.
+
+A :class:`FrozenSuite` is an immutable list of :class:`Case` values covering
+every scale the task defines, several seeds and several input distributions.
+It is hashed (task fingerprint + cases) and the hash is stored with every
+verdict, so nothing downstream can quietly edit the tests (rule 14).
+
+Reference outputs are computed here, in the judge, under ``jax.jit`` on the
+CPU with matmul precision pinned to ``highest``, and cached on disk under
+``$MK_HOME/cache/reference/<task fingerprint>/<case>`` together with a hash of
+the inputs they were computed from (so a task whose generator is not
+deterministic is recomputed rather than served stale outputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from mk.errors import TaskError
+from mk.harness.worker import load_arrays, save_arrays
+from mk.task import FLOAT_DISTRIBUTIONS, Task
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEEDS = (0, 1)
+DEFAULT_DISTRIBUTIONS = ("native", "normal", "uniform")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One correctness case: inputs are ``task.make_inputs(scale, seed, distribution)``."""
+
+    scale: str
+    seed: int
+    distribution: str
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.scale}-s{self.seed}-{self.distribution}"
+
+
+@dataclass(frozen=True)
+class FrozenSuite:
+    """An immutable, hashed list of cases for one task."""
+
+    task_name: str
+    task_fingerprint: str
+    cases: tuple[Case, ...]
+    dropped: tuple[str, ...] = ()
+    hash: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.cases:
+            raise TaskError(f"the suite for task {self.task_name!r} has no case", hint="check the task's scales and input generator")
+        blob = json.dumps(
+            {"task": self.task_fingerprint, "cases": [dataclasses.astuple(c) for c in self.cases]}, sort_keys=True
+        )
+        object.__setattr__(self, "hash", hashlib.sha256(blob.encode()).hexdigest())
+
+    @property
+    def scales(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.scale for c in self.cases))
+
+    def for_scale(self, scale: str) -> tuple[Case, ...]:
+        return tuple(c for c in self.cases if c.scale == scale)
+
+    def subset(self, n: int) -> "FrozenSuite":
+        """The first ``n`` cases taken round-robin over scales (a fast subset for autotuning)."""
+        if n >= len(self.cases):
+            return self
+        queues = [list(self.for_scale(s)) for s in self.scales]
+        picked: list[Case] = []
+        while len(picked) < max(n, 1):
+            for q in queues:
+                if q and len(picked) < max(n, 1):
+                    picked.append(q.pop(0))
+        return FrozenSuite(self.task_name, self.task_fingerprint, tuple(picked), self.dropped)
+
+    def inputs(self, task: Task, case: Case) -> list[np.ndarray]:
+        return [np.asarray(x) for x in task.make_inputs(case.scale, case.seed, case.distribution)]
+
+
+def build_suite(
+    task: Task,
+    *,
+    scales: Sequence[str] | None = None,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    distributions: Sequence[str] = DEFAULT_DISTRIBUTIONS,
+    extra_cases: Iterable[Case] = (),
+) -> FrozenSuite:
+    """Freeze the cases for ``task``: every scale (or ``scales``) x seeds x distributions, plus ``extra_cases``.
+
+    A case is dropped (with a logged note kept in ``suite.dropped``) when all
+    its floating inputs are zeros, or when its distribution makes the
+    reference non-finite where the native inputs give finite outputs
+    (structured inputs that only make sense with the task's own values)."""
+    scales = list(scales) if scales else list(task.scales)
+    for s in scales:
+        task.scale(s)  # raises TaskError naming the valid scales
+    for d in distributions:
+        if d not in FLOAT_DISTRIBUTIONS:
+            raise TaskError(f"unknown input distribution {d!r}", hint=f"use one of: {', '.join(FLOAT_DISTRIBUTIONS)}")
+    if not seeds:
+        raise TaskError("build_suite needs at least one seed")
+    seeds_for_native = seeds[:1] if task.native_inputs is not None else seeds
+    candidates: list[Case] = []
+    for scale in scales:
+        for dist in distributions:
+            for seed in seeds_for_native if dist == "native" else seeds:
+                candidates.append(Case(scale, int(seed), dist))
+    candidates.extend(extra_cases)
+    refs = ReferenceCache(task)
+    kept: list[Case] = []
+    dropped: list[str] = []
+    native_finite: dict[str, bool] = {}
+    for case in sorted(candidates, key=lambda c: c.distribution != "native"):
+        inputs = [np.asarray(x) for x in task.make_inputs(case.scale, case.seed, case.distribution)]
+        why = _zero_inputs(task, inputs)
+        if why is None:
+            finite = all(np.all(np.isfinite(o)) for o in refs.outputs(case, inputs) if _is_inexact(o))
+            if case.distribution == "native":
+                native_finite[case.scale] = native_finite.get(case.scale, True) and finite
+            elif not finite and native_finite.get(case.scale, False):
+                why = f"the reference is non-finite on {case.distribution!r} inputs but finite on the task's own inputs"
+        if why:
+            note = f"dropped {case.key}: {why}"
+            log.info(note)
+            dropped.append(note)
+        else:
+            kept.append(case)
+    order = {id(c): i for i, c in enumerate(candidates)}
+    kept.sort(key=lambda c: order[id(c)])
+    return FrozenSuite(task.name, task.fingerprint(), tuple(kept), tuple(dropped))
+
+
+class ReferenceCache:
+    """Reference outputs for a task's cases, computed in the judge on the CPU and cached on disk."""
+
+    def __init__(self, task: Task, root: Path | None = None):
+        self.task = task
+        self.root = (root or mk_home() / "cache" / "reference") / task.fingerprint()
+        self._jitted: dict[str, Callable[..., Any]] = {}
+
+    def outputs(self, case: Case, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Output leaves of ``task.reference`` on ``inputs`` (cached by case and input hash)."""
+        digest = hash_arrays(inputs)
+        folder = self.root / case.key
+        stamp = folder / "inputs.sha256"
+        if stamp.is_file() and stamp.read_text() == digest:
+            try:
+                return load_arrays(folder, "out")
+            except (OSError, ValueError) as exc:
+                log.warning("reference cache %s unreadable (%s); recomputing", folder, exc)
+        outs = self.compute(case.scale, inputs)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for old in folder.glob("out_*.npy"):
+                old.unlink()
+            save_arrays(folder, "out", outs)
+            stamp.write_text(digest)
+        except OSError as exc:
+            log.warning("cannot cache reference outputs in %s: %s", folder, exc)
+        return outs
+
+    def compute(self, scale: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import jax
+
+        if scale not in self._jitted:
+            self._jitted[scale] = jax.jit(self.task.bind(self.task.reference, scale))
+        cpu = jax.devices("cpu")[0]
+        try:
+            with jax.default_device(cpu), jax.default_matmul_precision("highest"):
+                out = self._jitted[scale](*[jax.device_put(x, cpu) for x in inputs])
+                leaves = jax.tree_util.tree_leaves(jax.block_until_ready(out))
+        except Exception as exc:  # the task's own code failed: a task problem, not a candidate's
+            raise TaskError(
+                f"the reference of task {self.task.name!r} failed at scale {scale!r}: {type(exc).__name__}: {exc}",
+                path=self.task.source,
+                hint="fix the task's reference or its input spec",
+            ) from exc
+        return [np.asarray(x) for x in leaves]
+
+    def export(self, scale: str) -> bytes:
+        """The reference at ``scale`` as a serialized ``jax.export`` artifact for CPU (no source inside)."""
+        import jax
+        from jax import export
+
+        structs = self.task.arg_structs(scale)
+        with jax.default_matmul_precision("highest"):
+            exp = export.export(jax.jit(self.task.bind(self.task.reference, scale)), platforms=["cpu"])(*structs)
+        return bytes(exp.serialize())
+
+
+def mk_home() -> Path:
+    return Path(os.environ.get("MK_HOME") or Path.home() / ".mk")
+
+
+def hash_arrays(arrays: Sequence[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.name}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _is_inexact(a: np.ndarray) -> bool:
+    return a.dtype.kind in "fc" or "float" in a.dtype.name
+
+
+def _zero_inputs(task: Task, inputs: Sequence[np.ndarray]) -> str | None:
+    floats = [x for x in inputs if _is_inexact(x) and x.size]
+    if floats and all(not np.any(x.astype(np.float32) != 0) for x in floats):
+        return "every floating input is all zeros (would let constant outputs pass)"
+    return None

@@ -1,0 +1,171 @@
+"""JAXBench-style ``baseline.py`` files.
+
+A baseline defines ``CONFIG`` (a dict of sizes and constants),
+``create_inputs(...)`` returning the dynamic inputs, and
+``workload(*inputs, ...)``. How they map onto a :class:`~mk.task.Task`:
+
+* inputs: ``jax.eval_shape`` of ``create_inputs`` (nothing is allocated).
+  Parameters of ``create_inputs`` that have defaults (such as ``dtype``) keep
+  them; a required parameter is filled from ``CONFIG`` when it has that name,
+  else with ``jax.random.PRNGKey(0)`` when its name mentions a key/rng, or
+  ``0`` when it is a seed. Floating inputs are assumed N(0, 1) for the extra
+  distributions of the frozen suite; integer and boolean inputs always come
+  from ``create_inputs`` itself.
+* static arguments: parameters of ``workload`` after the inputs whose names
+  are ``CONFIG`` keys, passed as keywords (``workload(*inputs, **static)``).
+  Parameters with defaults that ``CONFIG`` does not name keep their defaults.
+* tolerances: ``CONFIG["atol"]``/``CONFIG["rtol"]`` (or ``CONFIG["tolerance"]``
+  for both) when present, else :data:`DEFAULT_ATOL`/:data:`DEFAULT_RTOL`,
+  the value nearly every JaxBench task states.
+* scales: one, ``full`` (the shapes ``create_inputs`` builds from ``CONFIG``).
+  ``CONFIG`` carries no smaller sizes a loader could trust to keep the
+  computation's invariants, so no ``ci`` scale is invented here; the built-in
+  suite (``jaxbench:<id>``) defines ``ci`` scales by hand.
+* name: the folder name for ``<folder>/baseline.py``, else the file's stem.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from mk.errors import TaskError
+from mk.loaders import common
+from mk.task import Scale, StaticArg, Task, Tolerance
+
+log = logging.getLogger(__name__)
+
+KIND = "jaxbench"
+BASELINE_NAME = "baseline.py"
+DEFAULT_ATOL = 1e-2
+DEFAULT_RTOL = 1e-2
+_PRNG = object()  # placeholder for a PRNG key made inside the traced generator
+_HINT = "a JAXBench baseline defines CONFIG = {...}, create_inputs() returning the inputs, and workload(*inputs)"
+
+
+def looks_like_baseline(path: Path) -> bool:
+    """A cheap text check (no import): defines both ``create_inputs`` and ``workload``."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return "def create_inputs" in text and "def workload" in text
+
+
+def load(path: Path, task_id: str | None = None) -> Task:
+    file = path / BASELINE_NAME if path.is_dir() else path
+    if not file.is_file():
+        raise TaskError(f"missing {BASELINE_NAME}", path=path, hint=_HINT)
+    module = common.import_file(file, KIND)
+    create = common.require_function(module, "create_inputs", file, "return the workload's input arrays")
+    workload = common.require_function(module, "workload", file, "workload(*inputs) computes the reference")
+    config = getattr(module, "CONFIG", {})
+    if not isinstance(config, Mapping):
+        raise TaskError(f"CONFIG must be a dict, got {type(config).__name__}", path=file, hint=_HINT)
+    generate = _generator(create, config, file)
+
+    def split(out: Any) -> tuple[Sequence[Any], Any]:
+        return _split(out, file), ()
+
+    structs, _ = common.trace_generator(generate, split, file, "create_inputs()")
+    names = common.input_names(workload, len(structs))
+    statics = _statics(workload, len(structs), config, file)
+    args = common.arg_specs(structs, names)
+    tolerance = _tolerance(config, file)
+    static_kw = {s.name: s.value for s in statics}
+    common.check_tolerance_outputs(tolerance, workload, structs, static_kw, file)
+
+    def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:
+        if scale != "full":
+            raise TaskError(f"a JAXBench baseline has only the 'full' scale, not {scale!r}", path=file)
+        current = getattr(module, "CONFIG", {})
+        return common.host_inputs(_split(generate(), file), args, file), [current.get(s.name, s.value) for s in statics]
+
+    name = file.parent.name if file.name == BASELINE_NAME else file.stem
+    description = common.doc_summary(module) or str(config.get("name", ""))
+    if getattr(module, "_skip_jit", False):
+        description += " [reference is not jittable: run it eagerly]"
+    return Task(
+        name=name,
+        reference=workload,
+        args=args,
+        scales={"full": Scale("full")},
+        static=statics,
+        tolerance=tolerance,
+        description=description,
+        source=file,
+        kind=KIND,
+        static_as_kwargs=True,
+        native_inputs=native_inputs,
+        locator=common.locator(KIND, file, task_id or name),
+    )
+
+
+def _generator(create: Callable[..., Any], config: Mapping[str, Any], file: Path) -> Callable[[], Any]:
+    """``create_inputs`` with its required parameters filled in."""
+    try:
+        params = list(inspect.signature(create).parameters.values())
+    except (TypeError, ValueError):
+        return create
+    fixed: dict[str, Any] = {}
+    for p in params:
+        if p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        lname = p.name.lower()
+        if p.name in config:
+            fixed[p.name] = config[p.name]
+        elif "key" in lname or "rng" in lname:
+            fixed[p.name] = _PRNG
+        elif "seed" in lname:
+            fixed[p.name] = 0
+        else:
+            raise TaskError(f"create_inputs() requires argument {p.name!r}, which mk cannot supply", path=file,
+                            hint="give it a default, name it `key` (a PRNG key is passed) or add it to CONFIG")
+
+    def generate() -> Any:
+        import jax
+
+        kwargs = {k: (jax.random.PRNGKey(0) if v is _PRNG else v) for k, v in fixed.items()}
+        return create(**kwargs)
+
+    return generate
+
+
+def _split(out: Any, file: Path) -> list[Any]:
+    if hasattr(out, "shape") and hasattr(out, "dtype"):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    raise TaskError(f"create_inputs() must return an array or a tuple of arrays, got {type(out).__name__}", path=file, hint=_HINT)
+
+
+def _statics(workload: Callable[..., Any], n_inputs: int, config: Mapping[str, Any], file: Path) -> tuple[StaticArg, ...]:
+    try:
+        params = list(inspect.signature(workload).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    if any(p.kind is p.VAR_POSITIONAL for p in params[:n_inputs + 1]):
+        return ()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < n_inputs:
+        raise TaskError(f"workload() takes {len(positional)} positional inputs but create_inputs() returns {n_inputs}", path=file,
+                        hint="make workload's leading parameters match create_inputs' outputs")
+    out = []
+    for p in params[n_inputs:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in config:
+            out.append(StaticArg(p.name, config[p.name]))
+        elif p.default is p.empty:
+            raise TaskError(f"workload() parameter {p.name!r} is not an input and CONFIG has no {p.name!r}", path=file,
+                            hint=f"add {p.name!r} to CONFIG or give it a default")
+    return tuple(out)
+
+
+def _tolerance(config: Mapping[str, Any], file: Path) -> Tolerance:
+    both = config.get("tolerance")
+    atol = config.get("atol", both if both is not None else DEFAULT_ATOL)
+    rtol = config.get("rtol", both if both is not None else DEFAULT_RTOL)
+    return Tolerance(atol=common.parse_tol(atol, "atol", file), rtol=common.parse_tol(rtol, "rtol", file))

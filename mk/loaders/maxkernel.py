@@ -1,0 +1,135 @@
+"""MaxKernel-style task directories.
+
+Layout::
+
+    my_task/
+        reference.py       # get_inputs() -> (dynamic_args, static_args)
+                           # computation(*dynamic_args, *static_args)
+        kernel_task.yaml   # atol, rtol (a number or one per output); optional
+                           # name, description, reference_file
+
+``static_args`` may also be a dict, in which case the statics are passed as
+keywords (``computation(*dynamic, **static)``). Input shapes are read with
+``jax.eval_shape`` of ``get_inputs`` (nothing is allocated); floating inputs
+are assumed N(0, 1) for the extra distributions of the frozen suite, integer
+and boolean inputs always come from ``get_inputs`` itself. Such a task has one
+scale, ``full``: the shapes ``get_inputs`` builds. Without ``atol``/``rtol``
+the defaults of :func:`mk.loaders.common.default_tolerance` apply.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from mk.errors import TaskError
+from mk.loaders import common
+from mk.task import Scale, StaticArg, Task, Tolerance
+
+log = logging.getLogger(__name__)
+
+YAML_NAME = "kernel_task.yaml"
+REFERENCE_NAME = "reference.py"
+KIND = "maxkernel"
+_HINT = f"a MaxKernel task directory holds {REFERENCE_NAME} (get_inputs() and computation(...)) and {YAML_NAME} (atol, rtol)"
+
+
+def is_task_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / REFERENCE_NAME).is_file() or (path / YAML_NAME).is_file())
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    """The task's ``kernel_task.yaml`` as a dict ({} when there is none)."""
+    path = folder / YAML_NAME
+    if not path.is_file():
+        return {}
+    import yaml
+
+    try:
+        meta = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
+        raise TaskError(f"cannot read {YAML_NAME}: {' '.join(str(exc).split())}", path=path, hint="fix the YAML syntax") from exc
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise TaskError(f"{YAML_NAME} must be a mapping (key: value lines), got {type(meta).__name__}", path=path)
+    return dict(meta)
+
+
+def load(path: Path, task_id: str | None = None) -> Task:
+    folder = path if path.is_dir() else path.parent
+    meta = read_meta(folder)
+    ref_file = folder / str(meta.get("reference_file", REFERENCE_NAME))
+    if not ref_file.is_file():
+        raise TaskError(f"missing {ref_file.name}", path=folder, hint=_HINT)
+    module = common.import_file(ref_file, KIND)
+    get_inputs = common.require_function(module, "get_inputs", ref_file, "return (dynamic_args, static_args)")
+    computation = common.require_function(module, "computation", ref_file, "computation(*dynamic_args, *static_args)")
+
+    def split(out: Any) -> tuple[Sequence[Any], Any]:
+        return _split(out, ref_file)
+
+    structs, static = common.trace_generator(get_inputs, split, ref_file, "get_inputs()")
+    as_kwargs = isinstance(static, Mapping)
+    params, _ = common.param_names(computation)
+    names = common.input_names(computation, len(structs))
+    if as_kwargs:
+        statics = tuple(StaticArg(str(k), v) for k, v in static.items())
+    else:
+        statics = tuple(
+            StaticArg(params[len(structs) + i] if len(structs) + i < len(params) else f"static{i}", v) for i, v in enumerate(static)
+        )
+    args = common.arg_specs(structs, names)
+    tolerance = _tolerance(meta, [a.dtype for a in args], folder / YAML_NAME)
+    common.check_tolerance_outputs(tolerance, computation, structs, dict(static) if as_kwargs else list(static), folder / YAML_NAME)
+
+    def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:
+        if scale != "full":
+            raise TaskError(f"a MaxKernel task has only the 'full' scale, not {scale!r}", path=folder)
+        dynamic, st = _split(get_inputs(), ref_file)
+        return common.host_inputs(dynamic, args, ref_file), list(st.values()) if isinstance(st, Mapping) else list(st)
+
+    name = str(meta.get("name") or meta.get("task_name") or folder.name)
+    return Task(
+        name=name,
+        reference=computation,
+        args=args,
+        scales={"full": Scale("full")},
+        static=statics,
+        tolerance=tolerance,
+        description=str(meta.get("description") or common.doc_summary(module)),
+        source=folder,
+        kind=KIND,
+        static_as_kwargs=as_kwargs,
+        native_inputs=native_inputs,
+        locator=common.locator(KIND, folder, task_id or name),
+    )
+
+
+def _split(out: Any, path: Path) -> tuple[Sequence[Any], Any]:
+    """Validate ``get_inputs()``'s return value: ``(dynamic_args, static_args)``."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        got = f"a {type(out).__name__}" + (f" of {len(out)} items" if isinstance(out, (tuple, list)) else "")
+        raise TaskError(f"get_inputs() must return (dynamic_args, static_args), got {got}", path=path,
+                        hint="return a pair: a list of input arrays and a list (or dict) of static Python values, e.g. `return [x, w], [eps]`")
+    dynamic, static = out
+    if not isinstance(dynamic, (tuple, list)):
+        raise TaskError(f"get_inputs()[0] must be a list of input arrays, got {type(dynamic).__name__}", path=path,
+                        hint="return a pair: `return [x, w], [eps]` (an empty list when there are no static args)")
+    if static is None:
+        static = ()
+    if not isinstance(static, (tuple, list, Mapping)):
+        raise TaskError(f"get_inputs()[1] must be a list (or dict) of static values, got {type(static).__name__}", path=path,
+                        hint="return a pair: `return [x, w], [eps]` (an empty list when there are no static args)")
+    return dynamic, static
+
+
+def _tolerance(meta: Mapping[str, Any], dtypes: list[str], path: Path) -> Tolerance:
+    source = meta.get("tolerance") if isinstance(meta.get("tolerance"), Mapping) else meta
+    default = common.default_tolerance(dtypes)
+    if "atol" not in source and "rtol" not in source:
+        log.info("%s: no atol/rtol given; using the defaults %s/%s", path, default.atol, default.rtol)
+    atol = common.parse_tol(source["atol"], "atol", path) if "atol" in source else default.atol
+    rtol = common.parse_tol(source["rtol"], "rtol", path) if "rtol" in source else default.rtol
+    return Tolerance(atol=atol, rtol=rtol)

@@ -1,0 +1,197 @@
+"""The main job: optimise a task end to end and write the best kernel.
+
+``optimize_task`` resolves the author (an LM, or the offline rule-based one),
+runs :class:`mk.programs.auto.Auto`, records everything in the store and writes
+the fastest correct kernel with a provenance header plus a JSON report.
+``optimize(fn, shapes)`` is the same for a plain JAX function.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from mk import __version__
+from mk.errors import ConfigError
+from mk.task import Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OptimizeReport:
+    status: str
+    run_id: str | None
+    task: str
+    target: str
+    suite_hash: str
+    kernel_path: str | None
+    report_path: str | None
+    speedup: float | None
+    stop_reason: str
+    author: str
+    best: dict[str, Any] | None
+    iterations: list[dict[str, Any]]
+    declined: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def resolve_author(lm: Any = None) -> tuple[Any, str]:
+    """Return (author adapter, announcement)."""
+    from mk.author import ANNOUNCEMENT, OfflineAuthor
+    from mk.programs.auto import OfflineAuthorAdapter
+
+    if lm in (None, "offline"):
+        choice_kind = "offline"
+        if lm is None:
+            try:
+                from mk.lm import resolve_lm
+
+                choice_kind = resolve_lm(None).kind
+            except ImportError:
+                choice_kind = "offline"
+        if choice_kind == "offline" or lm == "offline":
+            return OfflineAuthorAdapter(OfflineAuthor()), ANNOUNCEMENT
+    raise ConfigError(
+        "a language-model author is configured, but `mk optimize` in this version only drives the offline author",
+        hint="run with --lm offline (the LM sub-agents are available from Python: mk.programs)",
+    )
+
+
+def optimize_task(
+    task: Task,
+    *,
+    target: str = "tpu",
+    lm: Any = None,
+    iterations: int = 4,
+    db: str | Path | None = None,
+    out: str | Path | None = None,
+    tune: bool = True,
+    max_trials: int = 6,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> OptimizeReport:
+    from mk.programs.auto import Auto
+    from mk.store import Store
+    from mk.targets import get_target
+
+    tgt = get_target(target)
+    author, announcement = resolve_author(lm)
+    if on_event:
+        on_event("author", {"announcement": announcement})
+    with Store.open(db) as store:
+        auto = Auto(author, target=target, iterations=iterations, store=store, tune=tune, max_trials=max_trials, on_event=on_event)
+        result = auto.run(task)
+    declined = getattr(author, "declined", {})
+    best = result.best
+    kernel_path = report_path = None
+    out_dir = Path(out) if out else Path("mk-out")
+    if best is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        kernel_path = out_dir / f"{task.name}_{target}.py"
+        kernel_path.write_text(_with_provenance(best, task, result.suite_hash, tgt))
+    iterations_info = [
+        {"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
+         "config": s.config, "tuning": s.tuning_note}
+        for s in result.snapshots
+    ]
+    stop = result.stop_reason
+    if not result.snapshots and declined:
+        stop = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
+    report = OptimizeReport(
+        status=result.status,
+        run_id=result.run_id,
+        task=task.name,
+        target=target,
+        suite_hash=result.suite_hash,
+        kernel_path=str(kernel_path) if kernel_path else None,
+        report_path=None,
+        speedup=best.speedup if best else None,
+        stop_reason=stop,
+        author=author.name,
+        best={"proposal": best.proposal, "config": best.config, "rationale": best.rationale} if best else None,
+        iterations=iterations_info,
+        declined=declined,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_path = out_dir / f"{task.name}_{target}.report.json"
+    report.report_path = str(report_path)
+    report_path.write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    return report
+
+
+def _with_provenance(best: Any, task: Task, suite_hash: str, target: Any) -> str:
+    speed = f"{best.speedup:.3f}x over the reference" if best.speedup is not None else (
+        "not measured (no " + target.name.upper() + " device here; correctness ran in " + target.mode() + " mode)")
+    device = target.device_kind() or f"none of kind {target.name} (checked on the CPU)"
+    header = [
+        f"# mk {__version__} kernel for task {task.name!r}" + (f" ({task.source})" if task.source else ""),
+        f"# target: {target.name}; device: {device}",
+        f"# verdict: {best.status}; frozen suite: {suite_hash}",
+        f"# speedup: {speed}",
+        f"# author: {best.proposal}; tuned config: {json.dumps(best.config)}",
+        "",
+    ]
+    footer = []
+    if best.config:
+        footer = [
+            "",
+            "",
+            "# --- tuned by mk: the winning CONFIG_SPACE point becomes the default ---",
+            f"TUNED_CONFIG = {best.config!r}",
+            "_untuned_kernel = kernel",
+            "",
+            "",
+            "def kernel(*args, **kwargs):",
+            "    return _untuned_kernel(*args, **{**TUNED_CONFIG, **kwargs})",
+            "",
+        ]
+    return "\n".join(header) + best.source.rstrip("\n") + "\n" + "\n".join(footer)
+
+
+class OptimizedFunction:
+    """Callable returned by :func:`optimize`: the best kernel where verified, else the reference."""
+
+    def __init__(self, fn: Callable[..., Any], task: Task, report: OptimizeReport):
+        self.reference = fn
+        self.task = task
+        self.report = report
+        self.source = Path(report.kernel_path).read_text() if report.kernel_path else None
+        self._kernel = None
+        if self.source:
+            namespace: dict[str, Any] = {}
+            exec(compile(self.source, report.kernel_path, "exec"), namespace)  # noqa: S102 - the judged kernel
+            self._kernel = namespace["kernel"]
+        self._verified = {tuple(tuple(s) for s in task.shapes(n)) for n in task.scales}
+
+    def __call__(self, *args: Any) -> Any:
+        shapes = tuple(tuple(getattr(a, "shape", ())) for a in args)
+        if self._kernel is None or shapes not in self._verified:
+            warnings.warn(f"mk: no verified kernel for shapes {shapes}; running the reference", stacklevel=2)
+            return self.reference(*args)
+        from mk.targets import get_target
+
+        with get_target(self.report.target).execution():
+            return self._kernel(*args)
+
+    def save(self, path: str | Path) -> Path:
+        if not self.source:
+            raise ConfigError("there is no verified kernel to save", hint=self.report.stop_reason)
+        p = Path(path)
+        p.write_text(self.source)
+        return p
+
+
+def optimize(fn: Callable[..., Any], shapes: Any, **kwargs: Any) -> OptimizedFunction:
+    """Optimise ``fn`` for ``shapes`` and return a callable running the best kernel."""
+    from mk.loaders import task_from_callable
+
+    task_kw = {k: kwargs.pop(k) for k in ("static", "atol", "rtol", "name", "scales") if k in kwargs}
+    task = task_from_callable(fn, shapes, **task_kw)
+    report = optimize_task(task, **kwargs)
+    return OptimizedFunction(fn, task, report)

@@ -1,0 +1,150 @@
+"""Autotuning a candidate's ``CONFIG_SPACE`` with Optuna.
+
+Each trial is a full trip through the judge on a fast subset of the frozen
+suite (compile, correctness, timing where the target can be timed). A config
+that fails is a *failed trial with its reason*, never an exception. The winner
+is re-verified on the whole suite. Trials live in the mk DuckDB file through
+the Optuna journal backend, so an interrupted study resumes where it stopped.
+
+Without a device of the target's kind nothing can be timed, so configs cannot
+be ranked by speed: the tuner then only establishes which configs are valid,
+keeps the candidate's default (or the first valid one) and says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from mk.candidate import Candidate
+from mk.harness.results import EvalResult
+from mk.harness.suite import FrozenSuite
+from mk.task import Task
+
+log = logging.getLogger(__name__)
+
+
+class _TrialFailed(Exception):
+    """Raised inside the objective so Optuna records a FAIL with the reason."""
+
+
+@dataclass
+class TrialOutcome:
+    number: int
+    params: dict[str, Any]
+    status: str
+    reason: str
+    seconds: float | None = None
+
+
+@dataclass
+class TuneResult:
+    config: dict[str, Any]
+    result: EvalResult | None
+    trials: list[TrialOutcome] = field(default_factory=list)
+    measured: bool = False
+    note: str = ""
+
+
+def space_size(space: dict[str, list[Any]]) -> int:
+    return math.prod(len(v) for v in space.values()) if space else 1
+
+
+def autotune(
+    task: Task,
+    candidate: Candidate,
+    *,
+    target: str,
+    suite: FrozenSuite,
+    evaluate: Callable[..., EvalResult],
+    store: Any = None,
+    study_name: str | None = None,
+    run_id: str | None = None,
+    node_id: str | None = None,
+    max_trials: int = 8,
+    subset: int = 2,
+    on_trial: Callable[[TrialOutcome], None] | None = None,
+) -> TuneResult:
+    """Tune ``candidate`` and return the re-verified winner."""
+    import optuna
+
+    space = {k: list(v) for k, v in (candidate.config_space or {}).items() if v}
+    default = _default_config(candidate, space)
+    if not space:
+        res = evaluate(task, candidate, target=target, suite=suite, config={})
+        return TuneResult({}, res, [], measured=bool(res.timing and res.timing.measured), note="no CONFIG_SPACE: nothing to tune")
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = None
+    if store is not None:
+        from mk.tuning.journal import journal_storage
+
+        storage = journal_storage(store, study_name or f"tune-{candidate.digest}")
+    n = min(space_size(space), max_trials)
+    sampler = optuna.samplers.GridSampler(space, seed=0) if space_size(space) <= max_trials else optuna.samplers.TPESampler(seed=0)
+    study = optuna.create_study(
+        study_name=study_name or "mk-autotune", storage=storage, sampler=sampler, direction="minimize", load_if_exists=True
+    )
+    if default and not study.trials:
+        study.enqueue_trial(default)
+    fast = suite.subset(subset)
+    outcomes: list[TrialOutcome] = []
+
+    def objective(trial: "optuna.Trial") -> float:
+        params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
+        res = evaluate(task, candidate, target=target, suite=fast, config=params)
+        seconds = res.timing.candidate_median_s if res.timing and res.timing.measured else None
+        outcome = TrialOutcome(trial.number, params, res.status, res.reason, seconds)
+        outcomes.append(outcome)
+        if store is not None:
+            store.record_trial(run_id, node_id, study.study_name, trial.number, params, res.status, seconds, res.reason)
+        if on_trial:
+            on_trial(outcome)
+        trial.set_user_attr("status", res.status)
+        trial.set_user_attr("reason", res.reason)
+        if res.status != "correct":
+            raise _TrialFailed(res.reason)
+        return seconds if seconds is not None else 0.0
+
+    done = sum(1 for t in study.trials if t.state.is_finished())
+    if done < n:
+        study.optimize(objective, n_trials=n - done, catch=(_TrialFailed,))
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        reasons = "; ".join(sorted({str(t.user_attrs.get("reason", "failed")) for t in study.trials}))[:400]
+        return TuneResult(default, None, outcomes, note=f"no config passed the fast suite: {reasons}")
+    measured = any(t.value not in (None, 0.0) for t in complete)
+    if measured:
+        best = min(complete, key=lambda t: t.value).params
+        note = "fastest correct config on the fast subset"
+    else:
+        valid = [t.params for t in complete]
+        best = default if default in valid else valid[0]
+        note = "speed not measured on this machine for this target: kept the default config among the valid ones"
+    final = evaluate(task, candidate, target=target, suite=suite, config=best)
+    return TuneResult(best, final, outcomes, measured=measured, note=note)
+
+
+def _default_config(candidate: Candidate, space: dict[str, list[Any]]) -> dict[str, Any]:
+    """The entry's keyword defaults, where they lie in the space."""
+    defaults = keyword_defaults(candidate)
+    cfg = {k: defaults[k] for k in space if k in defaults and defaults[k] in space[k]}
+    return cfg if len(cfg) == len(space) else {k: v[-1] for k, v in space.items()}
+
+
+def keyword_defaults(candidate: Candidate) -> dict[str, Any]:
+    """Literal defaults of the entry's keyword-only parameters (parsed, never run)."""
+    for node in ast.parse(candidate.source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == candidate.entry:
+            out = {}
+            for arg, value in zip(node.args.kwonlyargs, node.args.kw_defaults):
+                if value is not None:
+                    try:
+                        out[arg.arg] = ast.literal_eval(value)
+                    except ValueError:
+                        continue
+            return out
+    return {}
