@@ -22,6 +22,10 @@ _LAZY = {
     "get_target": "mk.targets",
     "evaluate": "mk.harness",
     "MkError": "mk.errors",
+    "optimize": "mk.job",
+    "optimize_task": "mk.job",
+    "Auto": "mk.programs.auto",
+    "OfflineAuthor": "mk.author",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -313,7 +313,7 @@ def _http_error(code: int, message: str, *, status_name: str | None, retry_after
     """The lm15 error for an HTTP status: DSPy retries RateLimit, Server and Timeout errors."""
     kw: dict[str, Any] = {"provider": PROVIDER, "status": code, "provider_code": status_name, "retry_after": retry_after}
     if code in (401, 403):
-        return lm15.AuthError(message + " (check GEMINI_API_KEY / GOOGLE_API_KEY)", **kw)
+        return lm15.AuthError(message, env_keys=_ENV_KEYS, **kw)
     if code == 429:
         return lm15.RateLimitError(message, **kw)
     if code in (408, 504):

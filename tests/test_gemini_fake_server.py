@@ -10,7 +10,7 @@ import dspy
 import pytest
 from dspy.clients.cache import Cache
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
-from dspy.utils.exceptions import LMAuthError, LMProviderError, LMRateLimitError, LMServerError, LMTimeoutError
+from dspy.utils.exceptions import LMAuthError, LMProviderError, LMServerError, LMTimeoutError
 
 from fake_gemini import FakeGemini, error, malformed, ok, slow
 from dspy.lm15 import Message, Request

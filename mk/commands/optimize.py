@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from mk.loaders import load_task
-    from mk.optimize import optimize_task
+    from mk.job import optimize_task
 
     console = Console(stderr=args.json, highlight=False)
     task = load_task(args.task)

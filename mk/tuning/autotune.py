@@ -88,8 +88,8 @@ def autotune(
     study = optuna.create_study(
         study_name=study_name or "mk-autotune", storage=storage, sampler=sampler, direction="minimize", load_if_exists=True
     )
-    if default and not study.trials:
-        study.enqueue_trial(default)
+    if default and not study.trials and not isinstance(sampler, optuna.samplers.GridSampler):
+        study.enqueue_trial(default)  # the grid already holds it
     fast = suite.subset(subset)
     outcomes: list[TrialOutcome] = []
 

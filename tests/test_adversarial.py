@@ -1,0 +1,131 @@
+"""Every integrity rule against the candidate that tries to break it (tests/adversarial/README.md).
+
+Each fixture runs through the real judge, ``mk.harness.evaluate``, on a small
+task: the static check first, then the sandboxed worker (its own process,
+timeouts, memory limit, runtime policy), then the verdict computed here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mk.harness import build_suite, evaluate
+from mk.harness.compare import check_inputs
+from mk.task import ArgSpec, Scale, StaticArg, Task, Tolerance
+
+ADV = Path(__file__).parent / "adversarial"
+
+
+def ref_tanh_mix(x, y):
+    return jnp.tanh(x) * y + 0.5 * x
+
+
+def ref_rmsnorm(x, w, eps):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def ref_small(x):
+    return 0.05 * jnp.tanh(x)
+
+
+def ref_matmul(x, y):
+    return jnp.dot(x, y, precision=jax.lax.Precision.HIGHEST)
+
+
+TASKS = {
+    # two scales, so overfitting one shape shows (rule 10)
+    "tanh": Task("adv_tanh_mix", ref_tanh_mix, (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32")),
+                 {"ci": Scale("ci", {"rows": 16}), "wide": Scale("wide", {"rows": 24})}, default_scale="ci"),
+    "rms": Task("adv_rmsnorm", ref_rmsnorm, (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("w", (128,), "float32")),
+                {"ci": Scale("ci", {"rows": 16})}, static=(StaticArg("eps", 1e-6),), tolerance=Tolerance(1e-5, 1e-5)),
+    # a deliberately loose tolerance (outputs are at most 0.05, atol is 0.1): zeros and constants pass it (rule 4)
+    "small": Task("adv_small", ref_small, (ArgSpec("x", (16, 128), "float32"),), {"ci": Scale("ci")}, tolerance=Tolerance(0.1, 0.0)),
+    # fp32 HIGHEST reference with a tight tolerance (rule 11)
+    "mm": Task("adv_matmul", ref_matmul, (ArgSpec("x", (16, 256), "float32"), ArgSpec("y", (256, 128), "float32")),
+               {"ci": Scale("ci")}, tolerance=Tolerance(1e-4, 1e-4)),
+}
+
+
+@dataclass(frozen=True)
+class Expect:
+    fixture: str
+    task: str
+    target: str
+    statuses: tuple[str, ...]
+    phrase: str  # a regular expression the reason must match
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+EXPECTED = [
+    Expect("control_pallas_matmul.py", "mm", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("control_pallas_rmsnorm.py", "rms", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("control_pure_jax.py", "rms", "cpu", ("correct",), r"all \d+ cases match"),
+    Expect("rule01_plain_jnp.py", "rms", "tpu", ("rejected",), r"no pallas_call"),
+    Expect("rule01_dead_pallas.py", "rms", "tpu", ("rejected",), r"no pallas_call in the candidate's jaxpr"),
+    Expect("rule02_try_except.py", "rms", "tpu", ("rejected",), r"line 13: try/except"),
+    Expect("rule03_shape_cache.py", "tanh", "cpu", ("rejected",), r"cache trick"),
+    Expect("rule03_hidden_cache.py", "tanh", "cpu", ("incorrect", "crashed"), r"(?i)tracer|outside atol"),
+    Expect("rule04_zeros.py", "small", "cpu", ("incorrect",), r"uncorrelated"),
+    Expect("rule04_mean_constant.py", "small", "cpu", ("incorrect",), r"uncorrelated"),
+    Expect("rule05_unwritten_block.py", "rms", "tpu", ("incorrect",), r"NaN"),
+    # the judge's jit boundary (no donation) means XLA copies aliased inputs: the caller's inputs stay intact,
+    # the pristine-copy comparison confirms it, and the (honest) output is judged on its merits
+    Expect("rule06_mutate_input.py", "rms", "tpu", ("correct", "incorrect", "rejected"), r"all \d+ cases match|mutated input"),
+    Expect("rule07_patch_allclose.py", "tanh", "cpu", ("rejected",), r"patching an imported module"),
+    Expect("rule07_patch_obfuscated.py", "tanh", "cpu", ("rejected",), r"computed attribute name"),
+    Expect("rule07_fake_metrics.py", "tanh", "cpu", ("incorrect",), r"outside atol"),
+    Expect("rule08_read_file.py", "tanh", "cpu", ("rejected",), r"open opens files"),
+    Expect("rule08_env_network.py", "tanh", "cpu", ("rejected",), r"import of 'os' is not allowed"),
+    # past the static check; the runtime policy denies the open (the worker reports it as a failed compile or a rejection)
+    Expect("rule08_runtime_read.py", "tanh", "cpu", ("rejected", "crashed", "compile_error"), r"mk sandbox: reading '/etc/passwd'"),
+    Expect("rule09_hang.py", "tanh", "cpu", ("timeout",), r"ran past its", {"timeouts": {"compile": 4}}),
+    Expect("rule09_segfault.py", "tanh", "cpu", ("crashed",), r"SIGSEGV"),
+    Expect("rule09_memory.py", "tanh", "cpu", ("crashed", "timeout"), r"(?i)memory", {"memory_limit_mb": 1024}),
+    Expect("rule10_overfit.py", "tanh", "cpu", ("incorrect",), r"\(wide, seed"),
+    Expect("rule11_bf16.py", "mm", "cpu", ("incorrect",), r"max abs error \d"),
+]
+
+
+@pytest.fixture(scope="module")
+def suites(tmp_path_factory):
+    # built once (references computed in the judge) under an isolated MK_HOME
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MK_HOME", str(tmp_path_factory.mktemp("mkhome-suites")))
+        return {k: build_suite(t, seeds=(0,), distributions=("normal",)) for k, t in TASKS.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exp", EXPECTED, ids=[e.fixture.removesuffix(".py") for e in EXPECTED])
+def test_fixture_verdict(exp: Expect, suites):
+    result = evaluate(TASKS[exp.task], ADV / exp.fixture, target=exp.target, suite=suites[exp.task], measure=False, **exp.kwargs)
+    assert result.status in exp.statuses, f"{exp.fixture}: {result.status}: {result.reason}"
+    assert re.search(exp.phrase, result.reason), f"{exp.fixture}: reason {result.reason!r} lacks {exp.phrase!r}"
+    assert "\n" not in result.reason.strip()
+    if exp.fixture == "rule07_fake_metrics.py":  # nothing the candidate printed reached the verdict
+        assert "150" not in result.reason and "PASSED" not in result.reason
+
+
+def test_input_mutation_reason():
+    """Rule 6 as the judge words it, should a mutation ever get through the jit boundary."""
+    pristine = [np.arange(4, dtype=np.float32)]
+    assert check_inputs(pristine, {0: pristine[0].copy()}) is None
+    assert "mutated input 0" in check_inputs(pristine, {0: pristine[0] + 1})
+    assert "deleted or donated" in check_inputs(pristine, {})
+
+
+def test_every_fixture_is_tabled_and_documented():
+    files = sorted(p.name for p in ADV.glob("*.py"))
+    assert files == sorted(e.fixture for e in EXPECTED)
+    readme = (ADV / "README.md").read_text()
+    for name in files:
+        head = (ADV / name).read_text().split("\nimport", 1)[0]
+        assert re.search(r"(?m)^# (Rule|Control)", head) and "Expected verdict" in head, name
+        assert name in readme, f"{name} missing from tests/adversarial/README.md"
