@@ -8,6 +8,8 @@ means the ``jaxbench`` suite.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import difflib
 import importlib.resources
@@ -75,7 +77,7 @@ def builtin_path(task_id: str) -> Path:
     known = _ids(suite)
     close = difflib.get_close_matches(name, known, n=5, cutoff=0.4)
     # A bare number prefix ("12p" or "12") is a common short form: offer those too.
-    close += [i for i in known if i.split("_", 1)[0] in (name, name.rstrip("pk")) and i not in close]
+    close += [i for i in known if i.split("_", 1)[0].rstrip("pk") == name.rstrip("pk") and i not in close]
     hint = f"did you mean: {', '.join(f'{suite}:{c}' for c in close)}" if close else "run `mk tasks` to list the built-in tasks"
     raise TaskError(f"no built-in task {task_id!r} in suite {suite!r}", hint=hint)
 
@@ -291,6 +293,18 @@ def _write_maxkernel_dir(task: Task, out: Path, *, scale: str) -> Path:
         "description": task.description,
         "atol": list(atol) if isinstance(atol, tuple) else float(atol),
         "rtol": list(rtol) if isinstance(rtol, tuple) else float(rtol),
+        # mk's extension: declared inputs let `mk tasks` list the task without running get_inputs
+        "inputs": [
+            {"name": a.name, "shape": list(shape), "dtype": a.dtype, "init": _init_dict(a.init)}
+            for a, shape in zip(task.args, task.shapes(scale))
+        ],
+        "static_args": [{"name": s.name, "value": v} for s, v in zip(task.static, task.static_values(scale))],
     }
     (out / "kernel_task.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=100))
     return out
+
+
+def _init_dict(init: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {k: v for k, v in dataclasses.asdict(init).items() if k == "kind" or v != getattr(type(init)(), k)}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +83,14 @@ def no_static(monkeypatch):
 
 
 # --- candidates -------------------------------------------------------------
+def test_public_entry_points():
+    import mk
+    import mk.harness
+
+    assert mk.evaluate is evaluate and mk.harness.evaluate is evaluate and callable(evaluate)
+
+
+
 def test_load_candidate_entry_and_config_space(tmp_path):
     p = tmp_path / "k.py"
     p.write_text(PALLAS)
@@ -144,6 +151,15 @@ def test_tpu_without_pallas_is_rejected(task, small_suite):
     assert ok.status == "correct", ok.reason
 
 
+def test_timing_rotates_three_input_sets_with_a_small_suite(task, small_suite):
+    from mk.harness import TimingOptions
+
+    r = evaluate(task, PURE, suite=small_suite, timing=TimingOptions(budget_s=0.2, min_reps=6, max_reps=50), timeouts=FAST)
+    assert r.status == "correct", r.reason
+    assert r.timing.measured and r.timing.input_sets == 3 and 6 <= r.timing.runs <= 50
+    assert r.flags == [] or all(f.startswith("implausible") for f in r.flags)
+
+
 def test_incorrect_output(task, small_suite):
     bad = PURE.replace("* w\n", "* w * 1.01\n")
     r = evaluate(task, bad, suite=small_suite, measure=False, timeouts=FAST)
@@ -183,6 +199,15 @@ def test_hang_times_out(task, small_suite):
     """)
     r = evaluate(task, hang, suite=small_suite, timeouts=Timeouts(import_s=60, compile_s=2, case_s=2))
     assert r.status == "timeout" and "compile" in r.reason and "limit" in r.reason
+    spin = src("""
+        import jax
+
+        def kernel(x, w):
+            n, y = jax.lax.while_loop(lambda c: c[0] > -1.0, lambda c: (c[0] + 1.0, c[1]), (x[0, 0] * 0.0, x))
+            return y + n
+    """)
+    r = evaluate(task, spin, suite=small_suite, timeouts=Timeouts(import_s=60, compile_s=30, case_s=2))
+    assert r.status == "timeout" and "case 0" in r.reason
 
 
 def test_memory_blowup_is_crashed(task, small_suite):
@@ -249,3 +274,14 @@ def test_compare_units():
     assert check_inputs([ref], {0: ref.copy()}) is None
     assert "mutated" in check_inputs([ref], {0: ref * 2})
     assert "donated" in check_inputs([ref], {})
+
+
+def test_implausible_speedups_are_flagged():
+    from mk.harness.timing import plausibility_flags, summarize
+
+    fast = summarize(np.full(12, 1e-4), np.full(12, 2e-3), scale="ci", input_sets=3)
+    assert fast.speedup == pytest.approx(20.0)
+    assert any("exceeds 10x" in f for f in plausibility_flags(fast))
+    normal = summarize(np.full(12, 1e-3), np.full(12, 2e-3), scale="ci", input_sets=3)
+    assert plausibility_flags(normal) == []
+    assert any("roofline" in f for f in plausibility_flags(normal, roofline_floor_s=5e-3))

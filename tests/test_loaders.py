@@ -13,7 +13,7 @@ import pytest
 
 from mk.errors import TaskError
 from mk.loaders import TaskRef, discover, load_task, load_tasks, task_from_callable
-from mk.task import ArgSpec, Init, Task
+from mk.task import ArgSpec, Init
 
 FIX = Path(__file__).parent / "fixtures" / "tasks"
 GOOD = FIX / "good"
@@ -358,3 +358,46 @@ def test_loading_never_allocates_full_size_inputs(tmp_path):
     task = load_task(d)
     assert task.shapes() == [(65536, 32768), (65536, 32768)]
     assert task.output_structs().shape == (65536, 32768)
+
+
+def test_maxkernel_yaml_declared_inputs_skip_the_generator_at_load(tmp_path):
+    # A numpy generator cannot be traced without allocating; declared inputs mean it runs only at evaluation time.
+    marker = tmp_path / "generator_ran"
+    d = tmp_path / "np_task"
+    d.mkdir()
+    (d / "reference.py").write_text(
+        "import numpy as np\nimport jax.numpy as jnp\n"
+        f"MARKER = {str(marker)!r}\n"
+        "def get_inputs():\n"
+        "    open(MARKER, 'a').write('x')\n"
+        "    rng = np.random.default_rng(0)\n"
+        "    return [rng.standard_normal((6, 4)).astype(np.float32), rng.integers(0, 6, (3,)).astype(np.int32)], [2.0]\n"
+        "def computation(*args):\n    x, idx, k = args\n    return jnp.take(x, idx, axis=0) * k\n"
+    )
+    (d / "kernel_task.yaml").write_text(
+        "atol: 1.0e-6\nrtol: 1.0e-6\n"
+        "inputs:\n"
+        "  - {name: x, shape: [6, 4], dtype: float32, init: {kind: normal, mean: 1.0, std: 0.5}}\n"
+        "  - {name: idx, shape: [3], dtype: int32}\n"
+        "static_args:\n  - {name: k, value: 2.0}\n"
+    )
+    task = load_task(d)
+    assert not marker.exists()
+    assert [(a.name, a.shape, a.dtype, a.init.kind) for a in task.args] == [("x", (6, 4), "float32", "normal"), ("idx", (3,), "int32", "native")]
+    assert task.args[0].init.mean == 1.0 and [(s.name, s.value) for s in task.static] == [("k", 2.0)]
+    x, idx = task.make_inputs()
+    assert marker.exists() and idx.dtype == np.int32
+    assert task.bind(task.reference)(x, idx).shape == (3, 4)
+    (d / "kernel_task.yaml").write_text("inputs:\n  - {name: x, dtype: float32}\n")
+    with pytest.raises(TaskError, match="`inputs` entry 0 must have `shape` and `dtype`"):
+        load_task(d)
+
+
+def test_real_builtin_suite_ids():
+    pytest.importorskip("mk.suite")
+    task = load_task("jaxbench:12p_RMSNorm")
+    assert task.name == "12p_RMSNorm" and "ci" in task.scales
+    with pytest.raises(TaskError, match="12q_Nope"):
+        load_task("jaxbench:12q_Nope")
+    refs = discover("jaxbench")
+    assert len(refs) >= 1 and all(r.kind == "builtin" and r.id.startswith("jaxbench:") for r in refs)

@@ -126,3 +126,21 @@ def test_export_maxkernel_round_trip(tmp_path, monkeypatch):
 def test_export_rejects_unknown_scale(tmp_path):
     with pytest.raises(TaskError):
         export_maxkernel(tmp_path, scale="huge", ids=["8p_GEMM"])
+
+
+def test_export_strips_mk_and_stubs_names_used_outside_task(monkeypatch):
+    from mk.suite import _strip_mk
+
+    source = (
+        '"""doc"""\nfrom __future__ import annotations\n\nfrom mk.task import (\n    ArgSpec,\n    Init,\n    Task,\n)\n\n'
+        "def ref(x):\n    return x + 1\n\n\n_SPEC = ArgSpec('x', (2,), 'float32', Init('ones'))\n\n"
+        "TASK = Task(\n    name='t',\n    reference=ref,\n)\n"
+    )
+    out = _strip_mk(source, None)
+    assert "from mk" not in out and "TASK" not in out
+    monkeypatch.setitem(sys.modules, "mk", None)
+    monkeypatch.setitem(sys.modules, "mk.task", None)
+    namespace: dict = {}
+    exec(compile(out, "<exported>", "exec"), namespace)
+    assert namespace["ref"](1) == 2 and namespace["_SPEC"].args[0] == "x"
+    assert "Task" not in namespace  # only the names still in use get stand-ins

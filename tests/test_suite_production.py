@@ -262,5 +262,9 @@ def test_reference_matches_facts(task_id):
         f"{task_id}: {int(bad.sum())} of {bad.size} elements off; max abs err {err.max():.4g} "
         f"at {np.unravel_index(err.argmax(), err.shape)} (atol {atol}, rtol {rtol})"
     )
+    # Some published tolerances are loose next to the outputs (6p's values are ~0.005 with atol
+    # 0.01), so also hold the error to 2% of the output's RMS: a wrong mask or layout fails here.
+    rms = math.sqrt(float(np.mean(want**2)))
+    assert rms > 0 and math.sqrt(float(np.mean(err**2))) <= 0.02 * rms, f"{task_id}: RMS error above 2% of RMS output"
     if want.ndim:  # a real comparison: the facts' output is not constant
         assert np.std(want) > 0

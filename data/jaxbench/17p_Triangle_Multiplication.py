@@ -44,23 +44,19 @@ def triangle_multiplication(pair_act, mask, left_proj_w, right_proj_w, left_gate
     return o * gate
 
 
-def _w(name):
-    return ArgSpec(name, ("C", "C"), "bfloat16", Init("normal", std=0.02))
-
-
 TASK = Task(
     name="17p_Triangle_Multiplication",
     reference=triangle_multiplication,
     args=(
         ArgSpec("pair_act", ("N", "N", "C"), "bfloat16", Init("normal")),
         ArgSpec("mask", ("N", "N", 1), "bfloat16", Init("ones")),
-        _w("left_proj_w"),
-        _w("right_proj_w"),
-        _w("left_gate_w"),
-        _w("right_gate_w"),
+        ArgSpec("left_proj_w", ("C", "C"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("right_proj_w", ("C", "C"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("left_gate_w", ("C", "C"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("right_gate_w", ("C", "C"), "bfloat16", Init("normal", std=0.02)),
         ArgSpec("center_scale", ("C",), "bfloat16", Init("normal", mean=1.0, std=0.1)),
-        _w("out_proj_w"),
-        _w("out_gate_w"),
+        ArgSpec("out_proj_w", ("C", "C"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("out_gate_w", ("C", "C"), "bfloat16", Init("normal", std=0.02)),
     ),
     static=(),
     tolerance=Tolerance(atol=0.01, rtol=0.01),

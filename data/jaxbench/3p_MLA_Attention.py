@@ -99,21 +99,17 @@ def _static(h, nope, rope, v_head, kv_lora):
     return {"num_heads": h, "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": v_head, "kv_lora_rank": kv_lora}
 
 
-def _w(name, shape):
-    return ArgSpec(name, shape, "bfloat16", Init("normal", std=0.02))
-
-
 TASK = Task(
     name="3p_MLA_Attention",
     reference=mla_attention,
     args=(
         ArgSpec("x", ("B", "S", "E"), "bfloat16", Init("normal")),
-        _w("q_down_proj", ("E", "QL")),
-        _w("q_up_proj", ("QL", "HQK")),
-        _w("kv_down_proj", ("E", "KVR")),
-        _w("k_up_proj", ("KVL", "HN")),
-        _w("v_up_proj", ("KVL", "HV")),
-        _w("o_proj", ("HV", "E")),
+        ArgSpec("q_down_proj", ("E", "QL"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("q_up_proj", ("QL", "HQK"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("kv_down_proj", ("E", "KVR"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("k_up_proj", ("KVL", "HN"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("v_up_proj", ("KVL", "HV"), "bfloat16", Init("normal", std=0.02)),
+        ArgSpec("o_proj", ("HV", "E"), "bfloat16", Init("normal", std=0.02)),
     ),
     static=(
         StaticArg("num_heads", 128),

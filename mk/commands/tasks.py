@@ -59,19 +59,23 @@ def _table(entries: list[dict[str, Any]], path: str) -> None:
     from rich.table import Table
 
     table = Table(title=f"tasks in {path}", show_lines=True)
-    for col in ("task", "kind", "scale", "inputs", "static", "atol / rtol"):
-        table.add_column(col, overflow="fold")
+    table.add_column("task", overflow="fold", min_width=10)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("scale", no_wrap=True)
+    table.add_column("inputs", overflow="fold", min_width=18)
+    table.add_column("atol\nrtol", overflow="fold", min_width=6)
+    table.add_column("static", overflow="fold", min_width=8)
     for e in entries:
         if "error" in e:
             continue
         static = ", ".join(f"{k}={v}" for k, v in e["static"].items())
-        tol = f"{_num(e['atol'])} / {_num(e['rtol'])}"
+        tol = f"{_num(e['atol'])}\n{_num(e['rtol'])}"
         if not e["scales"]:
-            table.add_row(e["id"], e["kind"], "", f"[dim]{_escape(e.get('note', ''))}[/]", static, tol)
+            table.add_row(_escape(e["id"]), e["kind"], "", f"[dim]{_escape(e.get('note', ''))}[/]", tol, _escape(static))
         for scale, shapes in e["scales"].items():
             inputs = "\n".join(f"{a['name']}: {_short(a['dtype'])}[{','.join(map(str, s))}]" + (" (native)" if a["init"] == "native" else "")
                                for a, s in zip(e["inputs"], shapes))
-            table.add_row(_escape(e["id"]), e["kind"], scale, _escape(inputs), _escape(static), tol)
+            table.add_row(_escape(e["id"]), e["kind"], scale, _escape(inputs), tol, _escape(static))
     failed = [e for e in entries if "error" in e]
     table.caption = f"{len(entries)} task(s)" + (f", {len(failed)} failed to load (below)" if failed else "")
     console = Console(highlight=False)

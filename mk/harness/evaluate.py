@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -53,6 +53,7 @@ class _Plan:
     refs: list[list[np.ndarray]]
     timed_scale: str
     timing_reason: str = ""  # empty: timing runs
+    timing_sets: int = 0
     verdicts: dict[int, CaseResult] = field(default_factory=dict)
 
 
@@ -103,15 +104,17 @@ def evaluate(
     plan = _prepare(task, tgt, suite, timed, measure)
     spec = _spec(cand, plan, require_pallas, dict(config or {}), timing or TimingOptions())
     timing_dirs = spec["timing"]["dirs"] if spec.get("timing") else []
-    extra = {d: task.make_inputs(timed, 1000 + k, "normal") for k, d in enumerate(timing_dirs) if d.startswith("timing")}
+    dist = suite.for_scale(timed)[0].distribution
+    extra = {d: task.make_inputs(timed, 1000 + k, dist) for k, d in enumerate(timing_dirs) if d.startswith("timing")}
     reference = ReferenceCache(task).export(timed) if spec.get("timing") else None
     workdir = prepare_workdir(cand.source, spec, plan.inputs, reference, extra_inputs=extra)
     try:
-        run = Sandbox(workdir, timeouts=timeouts, memory_limit_mb=memory_limit_mb).run(lambda i: _judge_case(plan, workdir, i))
+        env = {"JAX_PLATFORMS": "cpu"} if tgt.name == "cpu" else {}
+        run = Sandbox(workdir, timeouts=timeouts, memory_limit_mb=memory_limit_mb, env=env).run(lambda i: _judge_case(plan, workdir, i))
         result = _verdict(plan, run, workdir, static, base)
     finally:
         remove_workdir(workdir)
-    return result.model_copy(update={"seconds": time.perf_counter() - started})
+    return result.model_copy(update={"seconds": time.perf_counter() - started, "reason": _one_line(result.reason)})
 
 
 def _as_candidate(candidate: Candidate | str | Path) -> Candidate:
@@ -157,6 +160,7 @@ def _spec(cand: Candidate, plan: _Plan, require_pallas: bool, config: dict[str, 
         dirs = [cases[i]["dir"] for i, c in enumerate(plan.suite.cases) if c.scale == plan.timed_scale]
         dirs += [f"timing_{k}" for k in range(max(0, MIN_INPUT_SETS - len(dirs)))]
         spec["timing"] = opts.to_spec(plan.timed_scale, dirs)
+        plan.timing_sets = len(dirs)
     return spec
 
 
@@ -166,6 +170,8 @@ def _describe(case: Case, i: int) -> str:
 
 def _judge_case(plan: _Plan, workdir: Path, i: int) -> bool:
     """Compare case ``i`` as soon as the worker has written it; False stops the worker."""
+    if not 0 <= i < len(plan.suite.cases) or i in plan.verdicts:
+        return False  # a message no honest worker sends
     case = plan.suite.cases[i]
     folder = workdir / OUT_DIR / f"case_{i:03d}"
     base = dict(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution)
@@ -187,9 +193,9 @@ def _verdict(plan: _Plan, run: WorkerRun, workdir: Path, static: StepResult, bas
     n = len(plan.suite.cases)
     secs = run.seconds
     compile_ok = "compile" in secs
-    compile_step = StepResult(name="compile", ok=compile_ok if run.phase != "import" or "import" in secs else False,
-                              seconds=secs.get("import", 0.0) + secs.get("compile", 0.0),
-                              detail="lowered for " + plan.target.platform if compile_ok else run.message or run.outcome)
+    log_line = run.stderr_tail.splitlines()[-1] if run.stderr_tail and run.outcome == "crashed" else ""
+    compile_step = StepResult(name="compile", ok=compile_ok, seconds=secs.get("import", 0.0) + secs.get("compile", 0.0),
+                              detail="lowered for " + plan.target.platform if compile_ok else _join(run.message or run.outcome, log_line))
     if run.phase in ("import", "compile") and run.outcome != "finished" and not compile_ok:
         status = {"failed": "compile_error", "rejected": "rejected"}.get(run.outcome, run.outcome)
         what = "failed to import" if run.phase == "import" else f"failed the {plan.target.name} compile check"
@@ -203,7 +209,7 @@ def _verdict(plan: _Plan, run: WorkerRun, workdir: Path, static: StepResult, bas
     bad = next((c for c in cases if not c.ok), None)
     correctness = StepResult(name="correctness", ok=bad is None and len(cases) == n,
                              seconds=sum(v for k, v in secs.items() if k.startswith("case_")),
-                             detail=f"{sum(c.ok for c in cases)}/{n} cases passed")
+                             detail=_join(f"{sum(c.ok for c in cases)}/{n} cases passed", log_line))
     status, reason = "correct", f"all {n} cases match the reference"
     if bad is not None:
         status, reason = "incorrect", f"{_describe(plan.suite.cases[bad.index], bad.index)}: {bad.note}"
@@ -223,10 +229,11 @@ def _verdict(plan: _Plan, run: WorkerRun, workdir: Path, static: StepResult, bas
         status, reason = run.outcome, run.message
     timing_res, cost_res, flags = _timing_and_cost(plan, run, workdir, status == "correct")
     steps = _steps(static, compile_step, correctness,
-                   StepResult(name="timing", ok=timing_res.measured if status == "correct" else None, seconds=secs.get("timing", 0.0),
+                   StepResult(name="timing", ok=None if plan.timing_reason or status != "correct" else timing_res.measured,
+                              seconds=secs.get("timing", 0.0),
                               detail=_timing_detail(timing_res)),
                    StepResult(name="cost", ok=(cost_res is not None and cost_res.candidate_flops is not None) or None,
-                              seconds=secs.get("cost", 0.0), detail=cost_res.note if cost_res else "not computed"))
+                              seconds=secs.get("cost", 0.0), detail=cost_res.note if cost_res else _no_cost(plan)))
     return EvalResult(status=status, reason=reason, steps=steps, cases=cases, timing=timing_res, cost=cost_res, flags=flags, **base)
 
 
@@ -243,8 +250,7 @@ def _timing_and_cost(plan: _Plan, run: WorkerRun, workdir: Path, correct: bool) 
         cand, ref = load_arrays(out / "timing", "cand")[0], load_arrays(out / "timing", "ref")[0]
     except (OSError, ValueError, IndexError) as exc:
         return not_measured(f"not measured: timing samples unreadable ({exc})", plan.timed_scale), cost, []
-    n_sets = max(MIN_INPUT_SETS, len(plan.suite.for_scale(plan.timed_scale)))
-    timing = summarize(cand, ref, scale=plan.timed_scale, input_sets=n_sets)
+    timing = summarize(cand, ref, scale=plan.timed_scale, input_sets=plan.timing_sets)
     floor = None
     if timing.measured:
         cost, floor = _reference_cost(plan, cost)
@@ -303,10 +309,29 @@ def _roofline_floor(plan: _Plan, flops: float) -> float | None:
         return None
 
 
+def _no_cost(plan: _Plan) -> str:
+    if plan.target.name != "cpu" and not plan.target.device_present():
+        return f"not computed: the {plan.target.name} kernel runs interpreted here, so an XLA cost would not describe it"
+    return "not run"
+
+
 def _timing_detail(t: TimingResult) -> str:
     if not t.measured:
         return t.reason
     return f"speedup {t.speedup:.3g}x (candidate {t.candidate_median_s:.3g} s, reference {t.reference_median_s:.3g} s, {t.runs} runs)"
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    """The reason is one line a person can act on: the first non-empty line, trimmed."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else text.strip()
+    if len(lines) > 1 and first.endswith(":"):
+        first = f"{first} {lines[1]}"
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def _join(text: str, log_line: str) -> str:
+    return f"{text} (worker log: {log_line[-300:]})" if log_line else text
 
 
 def _oom(message: str) -> bool:

@@ -107,8 +107,10 @@ def remove_workdir(root: Path) -> None:
 class Sandbox:
     """Runs the worker over a prepared work dir and supervises it phase by phase."""
 
-    def __init__(self, workdir: Path, *, timeouts: Timeouts | None = None, memory_limit_mb: int | None = None, poll_s: float = 0.05):
+    def __init__(self, workdir: Path, *, timeouts: Timeouts | None = None, memory_limit_mb: int | None = None,
+                 env: Mapping[str, str] | None = None, poll_s: float = 0.05):
         self.workdir = workdir
+        self.extra_env = dict(env or {})
         self.timeouts = timeouts or Timeouts()
         self.memory_limit_mb = int(memory_limit_mb or default_memory_limit_mb())
         self.poll_s = poll_s
@@ -117,6 +119,7 @@ class Sandbox:
         env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
         env.update(HOME=str(self.workdir / "home"), TMPDIR=str(self.workdir / "tmp"), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1")
+        env.update(self.extra_env)
         return env
 
     def run(self, on_case_done: Callable[[int], bool] | None = None) -> WorkerRun:

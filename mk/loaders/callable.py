@@ -254,7 +254,7 @@ def _check(task: Task) -> None:
             raise
         except Exception as exc:
             raise TaskError(f"task {task.name!r}: calling the reference with scale {sname!r} shapes "
-                            f"{task.shapes(sname)} fails: {type(exc).__name__}: {common._first_line(exc)}",
+                            f"{task.shapes(sname)} fails: {type(exc).__name__}: {common.first_line(exc)}",
                             hint="check the shapes, dtypes and static arguments") from exc
         n = len(jax.tree_util.tree_leaves(outs))
         for key, tol in (("atol", task.tolerance.atol), ("rtol", task.tolerance.rtol)):

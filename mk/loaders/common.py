@@ -116,7 +116,7 @@ def trace_generator(gen: Callable[[], Any], split: Callable[[Any], tuple[Sequenc
         raise
     except Exception as exc:
         raise TaskError(
-            f"could not trace {what} to read input shapes without allocating them: {type(exc).__name__}: {_first_line(exc)}",
+            f"could not trace {what} to read input shapes without allocating them: {type(exc).__name__}: {first_line(exc)}",
             path=path,
             hint="build inputs with jax.random / jnp and avoid Python control flow on array values in the generator",
         ) from exc
@@ -141,7 +141,7 @@ def _check_static(static: Any, path: Path, what: str) -> None:
                             hint="static arguments must be Python values (int, float, str, tuple); move arrays to the dynamic inputs")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else ""
 
@@ -211,7 +211,7 @@ def check_tolerance_outputs(tol: Tolerance, reference: Callable[..., Any], struc
     try:
         outs = jax.eval_shape(fn, *structs)
     except Exception as exc:  # a reference that cannot be traced: cannot count outputs here
-        log.warning("%s: cannot count the reference's outputs to check per-output tolerances (%s)", path, _first_line(exc))
+        log.warning("%s: cannot count the reference's outputs to check per-output tolerances (%s)", path, first_line(exc))
         return
     n = len(jax.tree_util.tree_leaves(outs))
     for key, length in lengths.items():

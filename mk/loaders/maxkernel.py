@@ -6,7 +6,8 @@ Layout::
         reference.py       # get_inputs() -> (dynamic_args, static_args)
                            # computation(*dynamic_args, *static_args)
         kernel_task.yaml   # atol, rtol (a number or one per output); optional
-                           # name, description, reference_file
+                           # name, description, reference_file, and (an mk
+                           # extension) inputs / static_args, see below
 
 ``static_args`` may also be a dict, in which case the statics are passed as
 keywords (``computation(*dynamic, **static)``). Input shapes are read with
@@ -15,6 +16,13 @@ are assumed N(0, 1) for the extra distributions of the frozen suite, integer
 and boolean inputs always come from ``get_inputs`` itself. Such a task has one
 scale, ``full``: the shapes ``get_inputs`` builds. Without ``atol``/``rtol``
 the defaults of :func:`mk.loaders.common.default_tolerance` apply.
+
+``eval_shape`` cannot stop a generator that draws with numpy from allocating.
+Such tasks (and any task, to skip tracing) can declare their inputs in the
+yaml: ``inputs: [{name: x, shape: [8, 4096], dtype: bfloat16, init: normal}]``
+and ``static_args: [{name: eps, value: 1.0e-5}]`` (or a plain list of values).
+Then ``get_inputs`` runs only at evaluation time, where
+:meth:`Task.make_inputs` checks its shapes against the declaration.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from mk.errors import TaskError
 from mk.loaders import common
-from mk.task import Scale, StaticArg, Task, Tolerance
+from mk.task import ArgSpec, Init, Scale, StaticArg, Task, Tolerance, np_dtype
 
 log = logging.getLogger(__name__)
 
@@ -70,19 +78,29 @@ def load(path: Path, task_id: str | None = None) -> Task:
     def split(out: Any) -> tuple[Sequence[Any], Any]:
         return _split(out, ref_file)
 
-    structs, static = common.trace_generator(get_inputs, split, ref_file, "get_inputs()")
-    as_kwargs = isinstance(static, Mapping)
     params, _ = common.param_names(computation)
-    names = common.input_names(computation, len(structs))
+    if meta.get("inputs") is not None:  # declared in the yaml: get_inputs is not run at load time
+        import jax
+
+        args = _declared_inputs(meta["inputs"], folder / YAML_NAME)
+        structs = [jax.ShapeDtypeStruct(a.shape, np_dtype(a.dtype)) for a in args]
+        static = _declared_static(meta.get("static_args") or [], folder / YAML_NAME)
+    else:
+        structs, static = common.trace_generator(get_inputs, split, ref_file, "get_inputs()")
+        names = common.input_names(computation, len(structs))
+        args = common.arg_specs(structs, names)
+    as_kwargs = isinstance(static, Mapping)
     if as_kwargs:
         statics = tuple(StaticArg(str(k), v) for k, v in static.items())
+    elif static and isinstance(static[0], StaticArg):
+        statics = tuple(static)
     else:
         statics = tuple(
             StaticArg(params[len(structs) + i] if len(structs) + i < len(params) else f"static{i}", v) for i, v in enumerate(static)
         )
-    args = common.arg_specs(structs, names)
     tolerance = _tolerance(meta, [a.dtype for a in args], folder / YAML_NAME)
-    common.check_tolerance_outputs(tolerance, computation, structs, dict(static) if as_kwargs else list(static), folder / YAML_NAME)
+    static_values = {a.name: a.value for a in statics} if as_kwargs else [a.value for a in statics]
+    common.check_tolerance_outputs(tolerance, computation, structs, static_values, folder / YAML_NAME)
 
     def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:
         if scale != "full":
@@ -105,6 +123,33 @@ def load(path: Path, task_id: str | None = None) -> Task:
         native_inputs=native_inputs,
         locator=common.locator(KIND, folder, task_id or name),
     )
+
+
+def _declared_inputs(value: Any, path: Path) -> tuple[ArgSpec, ...]:
+    """``inputs:`` in the yaml: a list of ``{name, shape, dtype, init?}``."""
+    if not isinstance(value, list) or not value:
+        raise TaskError("`inputs` must be a non-empty list of {name, shape, dtype}", path=path)
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping) or "shape" not in item or "dtype" not in item:
+            raise TaskError(f"`inputs` entry {i} must have `shape` and `dtype` (and a `name`), got {item!r}", path=path)
+        try:
+            shape = tuple(int(d) for d in item["shape"])
+            dtype = str(np_dtype(str(item["dtype"])).name)
+            init = Init.parse(item["init"], dtype) if item.get("init") is not None else common.default_init(dtype)
+        except (TypeError, ValueError, TaskError) as exc:
+            raise TaskError(f"`inputs` entry {i} is malformed: {exc}", path=path) from exc
+        out.append(ArgSpec(str(item.get("name") or f"arg{i}"), shape, dtype, init))
+    return tuple(out)
+
+
+def _declared_static(value: Any, path: Path) -> list[Any]:
+    """``static_args:`` in the yaml: a list of values or of ``{name, value}``."""
+    if not isinstance(value, list):
+        raise TaskError("`static_args` must be a list of values or of {name, value}", path=path)
+    if all(isinstance(v, Mapping) and "value" in v for v in value) and value:
+        return [StaticArg(str(v.get("name") or f"static{i}"), v["value"]) for i, v in enumerate(value)]
+    return list(value)
 
 
 def _split(out: Any, path: Path) -> tuple[Sequence[Any], Any]:

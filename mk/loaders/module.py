@@ -41,7 +41,7 @@ def load(path: Path, task_id: str | None = None) -> Task:
         except TaskError:
             raise
         except Exception as exc:
-            raise TaskError(f"task() failed: {type(exc).__name__}: {common._first_line(exc)}", path=path) from exc
+            raise TaskError(f"task() failed: {type(exc).__name__}: {common.first_line(exc)}", path=path) from exc
     if not isinstance(obj, Task):
         raise TaskError(f"TASK (or task()) is of type {type(obj).__name__}, not an mk.task.Task", path=path, hint=_HINT)
     resolved = Path(path).resolve()
