@@ -253,3 +253,18 @@ def test_multiple_findings_sorted_and_counted():
     r = check("import os\nimport sys\n")
     assert [f.line for f in r.findings] == [1, 2]
     assert r.reason.endswith("(+1 more)")
+
+
+def test_functional_updates_and_alias_cycles():
+    src = """
+        import jax.numpy as jnp
+        import numpy as np
+
+        _TABLE = jnp.arange(8.0)
+        x = np.linalg
+        x = x.norm
+
+        def kernel(v):
+            return v + _TABLE.at[0].add(1.0) + x(v)
+    """
+    assert check(src).ok

@@ -199,15 +199,17 @@ class _Checker(ast.NodeVisitor):
                 for a in node.names:
                     self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
         # ``m = np.testing`` makes ``m`` stand for ``numpy.testing`` too (a cheap alias flow, iterated to a fixpoint)
-        changed = True
-        while changed:
+        assigns = [n for n in ast.walk(tree)
+                   if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)]
+        for _ in range(4):  # alias chains deeper than this are not worth following; each name is bound once
             changed = False
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    dotted = self.dotted(node.value)
-                    name = node.targets[0].id
-                    if dotted and self.aliases.get(name) != dotted:
-                        self.aliases[name], changed = dotted, True
+            for node in assigns:
+                name = node.targets[0].id
+                dotted = self.dotted(node.value)
+                if dotted and name not in self.aliases:
+                    self.aliases[name], changed = dotted, True
+            if not changed:
+                break
 
     def dotted(self, node: ast.AST) -> str | None:
         """``np.testing.x`` -> ``numpy.testing.x`` when the chain starts at an imported name."""
@@ -418,7 +420,9 @@ class _Checker(ast.NodeVisitor):
             self._check_reflection(func.id, node)
         elif isinstance(func, ast.Attribute):
             root = _root_name(func.value)
-            if func.attr in _MUTATORS and root and self.funcs and root in self.module_names \
+            functional = isinstance(func.value, ast.Subscript) and isinstance(func.value.value, ast.Attribute) \
+                and func.value.value.attr == "at"  # x.at[i].add(v) is JAX's functional update, not a mutation
+            if func.attr in _MUTATORS and root and self.funcs and root in self.module_names and not functional \
                     and not any(root in s for s in self.scopes[1:]):
                 self.add(3, node.lineno, "global_state", f"{root}.{func.attr}(...) mutates module-level {root!r} from "
                          "inside a function: state kept between calls (cache trick)")
