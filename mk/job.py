@@ -45,7 +45,7 @@ class OptimizeReport:
 def resolve_author(lm: Any = None) -> tuple[Any, str]:
     """Return (author adapter, announcement)."""
     from mk.author import ANNOUNCEMENT, OfflineAuthor
-    from mk.programs.auto import OfflineAuthorAdapter
+    from mk.author.adapter import OfflineAuthorAdapter
 
     if lm in (None, "offline"):
         choice_kind = "offline"

@@ -1,11 +1,14 @@
-"""Auto: one optimisation trajectory.
+"""Auto: one optimisation trajectory, as explicit phases.
 
-Per iteration: the author proposes a candidate (plan + code), the judge
-validates it (compile, frozen suite), the tuner searches its CONFIG_SPACE, the
-cost/timing numbers become the snapshot, and the snapshot feeds the next
-proposal. The suite is frozen before the first proposal. At the end Auto rolls
-back to the fastest correct snapshot — not the last one — and says why it
-stopped (iterations, target speedup, no more proposals, budget).
+    plan -> implement -> validate (compile; on error the author's fixer, up to
+    a limit) -> test (frozen suite) -> autotune -> profile -> snapshot -> plan …
+
+The suite is frozen (and hashed) before the first plan. A failed phase
+short-circuits to a snapshot that records the failure, and its error context
+becomes feedback for the next plan. Every snapshot goes to the store; at the
+end Auto rolls back to the fastest correct snapshot (not the last one) and says
+why it stopped. ``Auto.start``/``Auto.step`` run one phase at a time, which is
+how the human-in-the-loop session pauses after each phase.
 """
 
 from __future__ import annotations
@@ -17,21 +20,47 @@ from typing import Any, Callable, Protocol
 
 from mk.author.proposal import Proposal
 from mk.candidate import Candidate
-from mk.errors import BudgetExceeded, CandidateError
+from mk.errors import BudgetExceeded, CandidateError, MkError
 from mk.harness.results import EvalResult
 from mk.harness.suite import FrozenSuite, build_suite
+from mk.profile import ProfileReport, profile
 from mk.task import Task
-from mk.tuning.autotune import autotune
+from mk.tuning.autotune import TuneResult, autotune
 
 log = logging.getLogger(__name__)
 
+PHASES = ("plan", "implement", "validate", "test", "autotune", "profile", "snapshot")
 
-class Author(Protocol):
-    """Anything that proposes the next candidate given the history so far."""
+
+@dataclass
+class Plan:
+    """What the author intends to try: a short name, readable text, and its structured form."""
 
     name: str
+    text: str
+    data: Any = None
 
-    def next(self, task: Task, target: str, history: list["Snapshot"]) -> Proposal | None: ...
+
+@dataclass
+class Context:
+    """What an author sees when it plans, implements or fixes."""
+
+    task: Task
+    target: str
+    history: list["Snapshot"]
+    feedback: str = ""
+
+
+class Author(Protocol):
+    name: str
+
+    def plan(self, ctx: Context) -> Plan | None: ...
+
+    def implement(self, ctx: Context, plan: Plan) -> Proposal: ...
+
+    def fix(self, ctx: Context, proposal: Proposal, error: str) -> Proposal | None: ...
+
+    def analyse(self, ctx: Context, report: ProfileReport) -> str: ...
 
 
 @dataclass
@@ -47,62 +76,87 @@ class Snapshot:
     result: EvalResult | None
     node_id: str | None = None
     tuning_note: str = ""
+    failed_phase: str | None = None
+    profile: ProfileReport | None = None
+    feedback: str = ""
 
     @property
     def correct(self) -> bool:
         return self.status == "correct"
 
-    def feedback(self) -> str:
-        """What the next plan should know about this attempt."""
+    def summary(self) -> str:
+        """One line for the next plan: what was tried and what the judge said."""
         parts = [f"iteration {self.iteration} ({self.proposal}): {self.status}"]
+        if self.failed_phase:
+            parts.append(f"failed in {self.failed_phase}")
         if self.reason:
             parts.append(self.reason)
         if self.speedup is not None:
             parts.append(f"speedup {self.speedup:.2f}x")
         if self.config:
             parts.append(f"config {self.config}")
+        if self.feedback:
+            parts.append(self.feedback)
         return "; ".join(parts)
 
 
 @dataclass
-class AutoResult:
-    task: str
-    target: str
-    suite_hash: str
+class Attempt:
+    """The state of the iteration in flight; a HITL session may edit ``plan`` or ``proposal``."""
+
+    iteration: int
+    next_phase: str = "plan"
+    plan: Plan | None = None
+    proposal: Proposal | None = None
+    candidate: Candidate | None = None
+    node_id: str | None = None
+    fixes: int = 0
+    validation: EvalResult | None = None
+    test: EvalResult | None = None
+    tuned: TuneResult | None = None
+    profile: ProfileReport | None = None
+    feedback: str = ""
+    failure: tuple[str, str, str] | None = None  # (phase, status, reason)
+
+
+@dataclass
+class Trajectory:
+    task: Task
+    suite: FrozenSuite
+    run_id: str | None
     snapshots: list[Snapshot] = field(default_factory=list)
+    attempt: Attempt = field(default_factory=lambda: Attempt(1))
+    parent: str | None = None
+    done: bool = False
     stop_reason: str = ""
-    run_id: str | None = None
 
     @property
     def best(self) -> Snapshot | None:
         correct = [s for s in self.snapshots if s.correct]
-        if not correct:
-            return None
         measured = [s for s in correct if s.speedup is not None]
         if measured:
             return max(measured, key=lambda s: s.speedup)
-        return correct[0]
+        return correct[0] if correct else None
 
     @property
     def status(self) -> str:
         return "correct" if self.best else "no_correct_candidate"
 
+    @property
+    def suite_hash(self) -> str:
+        return self.suite.hash
 
-class OfflineAuthorAdapter:
-    """Feeds the offline author's proposals one per iteration."""
 
-    def __init__(self, author: Any):
-        self.name = author.name
-        self._author = author
-        self._queue: list[Proposal] | None = None
-        self.declined: dict[str, str] = {}
+@dataclass
+class PhaseResult:
+    phase: str
+    artifact: Any
+    ok: bool
+    message: str = ""
 
-    def next(self, task: Task, target: str, history: list[Snapshot]) -> Proposal | None:
-        if self._queue is None:
-            authored = self._author.propose(task, target)
-            self._queue = list(authored.proposals)
-            self.declined = authored.declined
-        return self._queue.pop(0) if self._queue else None
+
+# kept for callers written against the first version
+AutoResult = Trajectory
 
 
 class Auto:
@@ -113,10 +167,13 @@ class Auto:
         target: str = "tpu",
         iterations: int = 4,
         target_speedup: float | None = None,
+        target_roofline: float | None = None,
         evaluate: Callable[..., EvalResult] | None = None,
         store: Any = None,
         tune: bool = True,
         max_trials: int = 6,
+        max_fixes: int = 2,
+        budget: Any = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ):
         if evaluate is None:
@@ -125,79 +182,187 @@ class Auto:
         self.target = target
         self.iterations = iterations
         self.target_speedup = target_speedup
+        self.target_roofline = target_roofline
         self.evaluate = evaluate
         self.store = store
         self.tune = tune
         self.max_trials = max_trials
+        self.max_fixes = max_fixes
+        self.budget = budget
         self.on_event = on_event or (lambda kind, data: None)
 
-    def run(self, task: Task, *, suite: FrozenSuite | None = None, run_id: str | None = None) -> AutoResult:
-        suite = suite or build_suite(task)  # frozen before the first proposal
+    # --- driving -----------------------------------------------------------------
+    def run(self, task: Task, *, suite: FrozenSuite | None = None, run_id: str | None = None) -> Trajectory:
+        traj = self.start(task, suite=suite, run_id=run_id)
+        while not traj.done:
+            self.step(traj)
+        return traj
+
+    def start(self, task: Task, *, suite: FrozenSuite | None = None, run_id: str | None = None, mode: str = "auto") -> Trajectory:
+        suite = suite or build_suite(task)  # frozen before the first plan (rule 14)
         if self.store is not None:
             self.store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
             self.store.record_suite(suite.hash, task.fingerprint(), [c.key for c in suite.cases])
-            run_id = run_id or self.store.create_run(task.fingerprint(), "auto", {"target": self.target, "author": self.author.name})
-        result = AutoResult(task.name, self.target, suite.hash, run_id=run_id)
+            run_id = run_id or self.store.create_run(task.fingerprint(), mode, {"target": self.target, "author": self.author.name,
+                                                                                  "suite_hash": suite.hash})
         self.on_event("suite", {"hash": suite.hash, "cases": len(suite.cases)})
-        parent: str | None = None
+        return Trajectory(task, suite, run_id)
+
+    def step(self, traj: Trajectory) -> PhaseResult:
+        """Run the next phase of ``traj`` and return what it produced."""
+        if traj.done:
+            return PhaseResult("done", traj.best, True, traj.stop_reason)
+        phase = traj.attempt.next_phase
         try:
-            for it in range(1, self.iterations + 1):
-                proposal = self.author.next(task, self.target, result.snapshots)
-                if proposal is None:
-                    result.stop_reason = f"the {self.author.name} author has no further proposals"
-                    break
-                self.on_event("proposal", {"iteration": it, "name": proposal.name, "rationale": proposal.rationale})
-                snap = self._iteration(task, suite, it, proposal, run_id, parent)
-                parent = snap.node_id or parent
-                result.snapshots.append(snap)
-                self.on_event("snapshot", {"iteration": it, "status": snap.status, "reason": snap.reason, "speedup": snap.speedup})
-                if self.target_speedup and snap.speedup and snap.speedup >= self.target_speedup:
-                    result.stop_reason = f"reached the target speedup {self.target_speedup}x"
-                    break
-            else:
-                result.stop_reason = f"ran the maximum of {self.iterations} iterations"
+            if self.budget is not None:
+                self.budget.check()
+            result = getattr(self, f"_{phase}")(traj)
         except BudgetExceeded as exc:
-            result.stop_reason = f"budget spent: {exc}"
-        if self.store is not None and run_id:
-            best = result.best
-            self.store.finish_run(run_id, result.status, result.stop_reason + (f"; best: {best.proposal}" if best else ""))
+            self._finish(traj, f"budget spent: {exc}")
+            return PhaseResult(phase, None, False, traj.stop_reason)
+        self.on_event("phase", {"phase": phase, "ok": result.ok, "message": result.message, "iteration": traj.attempt.iteration})
         return result
 
-    def _iteration(self, task: Task, suite: FrozenSuite, it: int, proposal: Proposal, run_id: str | None, parent: str | None) -> Snapshot:
-        node_id = None
-        code_hash = hashlib.sha256(proposal.source.encode()).hexdigest()[:16]
-        if self.store is not None and run_id:
-            node_id = self.store.add_node(
-                run_id, parent, code=proposal.source, plan=proposal.rationale, code_hash=code_hash,
-                status="pending", reason="", speedup=None, depth=it, meta={"template": proposal.template, "name": proposal.name},
-            )
-        try:
-            candidate = Candidate.from_source(proposal.source)
-        except CandidateError as exc:
-            return self._snapshot(it, proposal, {}, "rejected", str(exc), None, node_id, run_id, suite)
-        if self.tune and candidate.config_space:
-            tuned = autotune(
-                task, candidate, target=self.target, suite=suite, evaluate=self.evaluate, store=self.store,
-                study_name=f"{run_id or 'local'}-{it}-{candidate.digest}", run_id=run_id, node_id=node_id, max_trials=self.max_trials,
-                on_trial=lambda t: self.on_event("trial", {"iteration": it, "params": t.params, "status": t.status, "reason": t.reason}),
-            )
-            res, config, note = tuned.result, tuned.config, tuned.note
-            if res is None:
-                return self._snapshot(it, proposal, config, "incorrect", note, None, node_id, run_id, suite, note=note)
-        else:
-            res, config, note = self.evaluate(task, candidate, target=self.target, suite=suite, config={}), {}, ""
-        return self._snapshot(it, proposal, config, res.status, res.reason, res, node_id, run_id, suite, note=note)
+    # --- phases --------------------------------------------------------------------
+    def _ctx(self, traj: Trajectory) -> Context:
+        feedback = "\n".join(s.summary() for s in traj.snapshots[-4:])
+        return Context(traj.task, self.target, traj.snapshots, feedback)
 
-    def _snapshot(self, it, proposal, config, status, reason, res, node_id, run_id, suite, note="") -> Snapshot:
-        speedup = res.speedup if res is not None else None
-        snap = Snapshot(it, proposal.name, proposal.rationale, proposal.source, config, status, reason, speedup, res, node_id, note)
-        if self.store is not None and run_id:
-            self.store.update_node(node_id, status=status, reason=reason, speedup=speedup)
-            timings = res.timing.model_dump() if res is not None and res.timing else {}
-            cost = res.cost.model_dump() if res is not None and res.cost else {}
-            self.store.add_snapshot(run_id, node_id, it, code=proposal.source, plan=proposal.rationale, status=status,
-                                    speedup=speedup, timings=timings, profile={"cost": cost, "config": config, "tuning": note})
-            if res is not None:
-                self.store.record_evaluation(run_id=run_id, node_id=node_id, task_name=res.task, status=status, reason=reason,
-                                             suite_hash=suite.hash, speedup=speedup, result_json=res.model_dump_json())
-        return snap
+    def _plan(self, traj: Trajectory) -> PhaseResult:
+        a = traj.attempt
+        if a.iteration > self.iterations:
+            self._finish(traj, f"ran the maximum of {self.iterations} iterations")
+            return PhaseResult("plan", None, True, traj.stop_reason)
+        plan = self.author.plan(self._ctx(traj))
+        if plan is None:
+            self._finish(traj, f"the {self.author.name} author has no further proposals")
+            return PhaseResult("plan", None, True, traj.stop_reason)
+        a.plan, a.next_phase = plan, "implement"
+        self.on_event("proposal", {"iteration": a.iteration, "name": plan.name, "rationale": plan.text})
+        return PhaseResult("plan", plan, True, plan.name)
+
+    def _implement(self, traj: Trajectory) -> PhaseResult:
+        a = traj.attempt
+        try:
+            a.proposal = self.author.implement(self._ctx(traj), a.plan)
+        except MkError as exc:
+            return self._fail(traj, "implement", "rejected", f"the author could not implement the plan: {exc}")
+        return self._accept_code(traj, "implement")
+
+    def _accept_code(self, traj: Trajectory, phase: str) -> PhaseResult:
+        a = traj.attempt
+        code_hash = hashlib.sha256(a.proposal.source.encode()).hexdigest()[:16]
+        if self.store is not None and traj.run_id:
+            if a.node_id is None:
+                a.node_id = self.store.add_node(traj.run_id, traj.parent, code=a.proposal.source, plan=a.plan.text if a.plan else "",
+                                                code_hash=code_hash, status="pending", reason="", speedup=None, depth=a.iteration,
+                                                meta={"template": a.proposal.template, "name": a.proposal.name})
+            else:
+                self.store.update_node(a.node_id, code=a.proposal.source, code_hash=code_hash)
+        try:
+            a.candidate = Candidate.from_source(a.proposal.source)
+        except CandidateError as exc:
+            return self._fail(traj, phase, "rejected", str(exc))
+        a.next_phase = "validate"
+        return PhaseResult(phase, a.proposal, True, a.proposal.name)
+
+    def _validate(self, traj: Trajectory) -> PhaseResult:
+        a = traj.attempt
+        res = self.evaluate(traj.task, a.candidate, target=self.target, suite=traj.suite.subset(1), measure=False, config={})
+        a.validation = res
+        if res.status == "correct":
+            a.next_phase = "test"
+            return PhaseResult("validate", res, True, "compiles and passes a first case")
+        if res.status == "compile_error" and a.fixes < self.max_fixes:
+            a.fixes += 1
+            fixed = self.author.fix(self._ctx(traj), a.proposal, res.reason)
+            if fixed is not None:
+                a.proposal = fixed
+                out = self._accept_code(traj, "validate")
+                return PhaseResult("validate", res, False, f"compile error, fix {a.fixes} proposed: {res.reason}") if out.ok else out
+        return self._fail(traj, "validate", res.status, res.reason, res)
+
+    def _test(self, traj: Trajectory) -> PhaseResult:
+        a = traj.attempt
+        res = self.evaluate(traj.task, a.candidate, target=self.target, suite=traj.suite, config={})
+        a.test = res
+        if res.status != "correct":
+            return self._fail(traj, "test", res.status, res.reason, res)
+        a.next_phase = "autotune"
+        return PhaseResult("test", res, True, res.reason)
+
+    def _autotune(self, traj: Trajectory) -> PhaseResult:
+        a = traj.attempt
+        a.next_phase = "profile"
+        if not (self.tune and a.candidate.config_space):
+            a.tuned = TuneResult({}, a.test, [], measured=bool(a.test.timing and a.test.timing.measured), note="not tuned")
+            return PhaseResult("autotune", a.tuned, True, "nothing to tune")
+        a.tuned = autotune(
+            traj.task, a.candidate, target=self.target, suite=traj.suite, evaluate=self.evaluate, store=self.store,
+            study_name=f"{traj.run_id or 'local'}-{a.iteration}-{a.candidate.digest}", run_id=traj.run_id, node_id=a.node_id,
+            max_trials=self.max_trials,
+            on_trial=lambda t: self.on_event("trial", {"iteration": a.iteration, "params": t.params, "status": t.status, "reason": t.reason}),
+        )
+        if a.tuned.result is None or a.tuned.result.status != "correct":
+            # keep the untuned, verified default rather than lose a correct candidate
+            a.tuned = TuneResult({}, a.test, a.tuned.trials, note=f"tuning found no better verified config ({a.tuned.note})")
+        return PhaseResult("autotune", a.tuned, True, a.tuned.note)
+
+    def _profile(self, traj: Trajectory) -> PhaseResult:
+        a = traj.attempt
+        a.profile = profile(traj.task, a.tuned.result, self.target)
+        a.feedback = self.author.analyse(self._ctx(traj), a.profile)
+        a.next_phase = "snapshot"
+        return PhaseResult("profile", a.profile, True, a.profile.summary())
+
+    def _snapshot(self, traj: Trajectory) -> PhaseResult:
+        a = traj.attempt
+        if a.failure:
+            phase, status, reason = a.failure
+            res, config, note = (a.test or a.validation), {}, ""
+        else:
+            phase, res = None, a.tuned.result
+            status, reason, config, note = res.status, res.reason, a.tuned.config, a.tuned.note
+        proposal = a.proposal or Proposal(a.plan.name if a.plan else "none", "", a.plan.text if a.plan else "", "none")
+        speedup = res.speedup if res is not None and status == "correct" else None
+        snap = Snapshot(a.iteration, proposal.name, proposal.rationale, proposal.source, config, status, reason, speedup, res,
+                        a.node_id, note, phase, a.profile, a.feedback)
+        self._record(traj, snap)
+        traj.snapshots.append(snap)
+        traj.parent = a.node_id or traj.parent
+        self.on_event("snapshot", {"iteration": a.iteration, "status": status, "reason": reason, "speedup": speedup})
+        traj.attempt = Attempt(a.iteration + 1)
+        if self.target_speedup and speedup and speedup >= self.target_speedup:
+            self._finish(traj, f"reached the target speedup {self.target_speedup}x")
+        elif self.target_roofline and a.profile and (a.profile.roofline_fraction or 0) >= self.target_roofline:
+            self._finish(traj, f"reached {self.target_roofline:.0%} of the roofline")
+        return PhaseResult("snapshot", snap, snap.correct, snap.summary())
+
+    # --- helpers -------------------------------------------------------------------
+    def _fail(self, traj: Trajectory, phase: str, status: str, reason: str, res: EvalResult | None = None) -> PhaseResult:
+        a = traj.attempt
+        a.failure = (phase, status, reason)
+        a.next_phase = "snapshot"
+        return PhaseResult(phase, res, False, f"{status}: {reason}")
+
+    def _record(self, traj: Trajectory, snap: Snapshot) -> None:
+        if self.store is None or not traj.run_id:
+            return
+        res = snap.result
+        timings = res.timing.model_dump() if res is not None and res.timing else {}
+        prof = {"report": snap.profile.model_dump() if snap.profile else None, "config": snap.config, "tuning": snap.tuning_note,
+                "failed_phase": snap.failed_phase}
+        if snap.node_id:
+            self.store.update_node(snap.node_id, status=snap.status, reason=snap.reason, speedup=snap.speedup)
+        self.store.add_snapshot(traj.run_id, snap.node_id, snap.iteration, code=snap.source, plan=snap.rationale, status=snap.status,
+                                speedup=snap.speedup, timings=timings, profile=prof)
+        if res is not None:
+            self.store.record_evaluation(run_id=traj.run_id, node_id=snap.node_id, task_name=res.task, status=snap.status,
+                                         reason=snap.reason, suite_hash=traj.suite.hash, speedup=snap.speedup,
+                                         result_json=res.model_dump_json())
+
+    def _finish(self, traj: Trajectory, reason: str) -> None:
+        traj.done, traj.stop_reason = True, reason
+        if self.store is not None and traj.run_id:
+            best = traj.best
+            self.store.finish_run(traj.run_id, traj.status, reason + (f"; best: {best.proposal}" if best else ""))

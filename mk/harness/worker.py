@@ -278,7 +278,19 @@ def run(workdir: Path) -> None:
                 chan.send("OK", "timing", 0, f"{_clock() - t0:.6f}")
         chan.send("END")
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises is data for the judge
-        chan.error("FAIL", phase, index, exc)
+        denied = _denied()
+        if denied:  # the sandbox stopped a forbidden operation: that is a rejection, not a failure
+            chan.error("REJECT", phase, index, f"the candidate attempted a forbidden operation: {denied[0]}")
+        else:
+            chan.error("FAIL", phase, index, exc)
+
+
+def _denied() -> list[str]:
+    try:
+        from mk.harness.policy import denied_events
+    except ImportError:
+        return []
+    return list(denied_events())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,81 @@
+"""Auto's phases with a scripted author: fix loop, short-circuit on failure, rollback to the best snapshot."""
+
+import jax.numpy as jnp
+
+from mk.author.proposal import Proposal
+from mk.programs.auto import PHASES, Auto, Plan
+from mk.store import Store
+from mk.task import ArgSpec, Scale, Task, Tolerance
+
+BROKEN = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) @ jnp.ones((3, 5))\n"  # shape error at trace time
+FIXED = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"
+WRONG = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0 + 0.5\n"
+SLOW = (
+    "import jax.numpy as jnp\nfrom jax import lax\n"
+    "def kernel(x):\n"
+    "    extra = lax.fori_loop(0, 400, lambda i, acc: acc + jnp.sin(acc + i) * 0.0, jnp.zeros_like(x))\n"
+    "    return jnp.tanh(x) * 2.0 + extra\n"
+)
+
+
+class ScriptedAuthor:
+    name = "scripted"
+
+    def __init__(self):
+        self.plans = [("broken-then-fixed", BROKEN), ("wrong", WRONG), ("slow", SLOW)]
+        self.fixes = []
+
+    def plan(self, ctx):
+        if not self.plans:
+            return None
+        name, code = self.plans.pop(0)
+        return Plan(name, f"try {name}; history: {ctx.feedback}", code)
+
+    def implement(self, ctx, plan):
+        return Proposal(plan.name, plan.data, plan.text, "scripted")
+
+    def fix(self, ctx, proposal, error):
+        self.fixes.append(error)
+        return Proposal(proposal.name, FIXED, proposal.rationale + " (fixed)", "scripted")
+
+    def analyse(self, ctx, report):
+        return "measured" if report.measured else "unmeasured"
+
+
+def _task():
+    return Task("tanh2", lambda x: jnp.tanh(x) * 2.0, (ArgSpec("x", ("M", "N"), "float32"),),
+                {"ci": Scale("ci", {"M": 64, "N": 128})}, tolerance=Tolerance(1e-5, 1e-5))
+
+
+def test_auto_phases_fix_shortcircuit_and_rollback(tmp_path):
+    events = []
+    author = ScriptedAuthor()
+    with Store.open(tmp_path / "db.duckdb") as store:
+        auto = Auto(author, target="cpu", iterations=5, store=store, on_event=lambda k, d: events.append((k, d)))
+        traj = auto.start(_task())
+        phases = []
+        while not traj.done:
+            phases.append(auto.step(traj).phase)
+        assert phases[:3] == ["plan", "implement", "validate"]
+        assert set(phases) <= set(PHASES)
+        statuses = [(s.proposal, s.status, s.failed_phase) for s in traj.snapshots]
+        assert statuses[0][:2] == ("broken-then-fixed", "correct")
+        assert statuses[1][1] == "incorrect" and statuses[1][2] in ("validate", "test")
+        assert statuses[2][:2] == ("slow", "correct")
+        assert len(author.fixes) == 1  # the compile error went to the fixer once
+        assert "no further proposals" in traj.stop_reason
+        best = traj.best
+        assert best is not None and best.proposal == "broken-then-fixed", [s.speedup for s in traj.snapshots]
+        assert best.speedup is not None and traj.snapshots[2].speedup < best.speedup  # rolled back, not the last
+        # the failure's context reached the next plan
+        assert "wrong" in traj.snapshots[2].rationale and "incorrect" in traj.snapshots[2].rationale
+        rows = store.query("select count(*) as n from snapshots where run_id = ?", [traj.run_id])
+        assert rows[0]["n"] == 3
+        run = store.get_run(traj.run_id)
+        assert run["status"] == "correct" and "best: broken-then-fixed" in run["reason"]
+
+
+def test_auto_stops_at_iteration_limit():
+    auto = Auto(ScriptedAuthor(), target="cpu", iterations=1, tune=False)
+    traj = auto.run(_task())
+    assert len(traj.snapshots) == 1 and "maximum of 1 iterations" in traj.stop_reason
