@@ -10,7 +10,15 @@ their place. The ProfileAnalyst sub-agent (or the offline author) reads
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import BaseModel, Field
@@ -62,8 +70,14 @@ class ProfileReport(BaseModel):
         return "\n".join(lines)
 
 
-def profile(task: Task, result: EvalResult, target: str, *, scale: str | None = None) -> ProfileReport:
-    """Build the report for a judged candidate (no new runs of the candidate here)."""
+def profile(task: Task, result: EvalResult, target: str, *, scale: str | None = None, candidate: Any = None,
+            trace: bool | None = None) -> ProfileReport:
+    """Build the report for a judged candidate.
+
+    With ``candidate`` (its source or a :class:`~mk.candidate.Candidate`) and a device of the target here,
+    a correct candidate is also run a few times under ``jax.profiler`` in a separate process and the trace's
+    device-side op times become :attr:`ProfileReport.heaviest_ops`. ``trace=True`` forces that (also on the
+    ``cpu`` target), ``False`` turns it off. Without a device nothing runs again."""
     from mk.hardware import bound, default_spec, roofline_fraction, spec_for_device_kind
     from mk.targets import get_target
 
@@ -90,7 +104,120 @@ def profile(task: Task, result: EvalResult, target: str, *, scale: str | None = 
                                                          analysis.compute_dtype)
     except Exception as exc:  # analysis is advisory: a failure is a note, not a crash
         report.notes.append(f"task analysis unavailable: {type(exc).__name__}: {exc}")
+    from mk.targets import get_target as _get
+
+    if trace is None:
+        trace = candidate is not None and target != "cpu" and _get(target).device_present()
+    if trace and candidate is not None and result.status == "correct":
+        try:
+            report.heaviest_ops = device_trace(task, candidate, target, scale=scale or (result.scales[-1] if result.scales else None))
+        except Exception as exc:  # the trace is advisory: say why it is missing
+            report.notes.append(f"device trace unavailable: {type(exc).__name__}: {exc}")
     if result.cost and result.cost.candidate_flops is not None:
         report.notes.append(f"XLA cost of the candidate (compiled for the CPU): {result.cost.candidate_flops:.3g} FLOP, "
                             f"{result.cost.candidate_bytes or 0:.3g} bytes")
     return report
+
+
+# --- device traces --------------------------------------------------------------
+#: trace lines that are whole programs or steps, not ops
+_NOT_OPS = ("XLA Modules", "Steps", "XLA TraceMe", "Framework Ops", "Source code")
+
+
+def find_trace(log_dir: str | Path) -> Path | None:
+    """The Chrome-format trace ``jax.profiler.trace(..., create_perfetto_trace=True)`` wrote under ``log_dir``."""
+    found = sorted(Path(log_dir).glob("plugins/profile/*/perfetto_trace.json.gz")) or sorted(
+        Path(log_dir).glob("plugins/profile/*/*.trace.json.gz"))
+    return found[-1] if found else None
+
+
+def _events(trace: str | Path | dict | list) -> list[dict]:
+    if isinstance(trace, (str, Path)):
+        with gzip.open(trace, "rt") if str(trace).endswith(".gz") else open(trace) as f:
+            trace = json.load(f)
+    return list(trace.get("traceEvents", []) if isinstance(trace, dict) else trace)
+
+
+def parse_trace(trace: str | Path | dict | list, *, top: int = 10) -> list[OpTime]:
+    """Device-side op times from a Chrome-format profiler trace, heaviest first.
+
+    Ops are complete events (``ph == "X"``) that name an HLO op (``args.hlo_op``), or, on ``/device:``
+    processes, any event off the module/step lines. Device processes win when present (GPU/TPU); on a
+    CPU the XLA ops run on host threads and are taken from there. ``share`` is of the summed op time."""
+    events = _events(trace)
+    procs = {e["pid"]: e.get("args", {}).get("name", "") for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e.get("tid")): e.get("args", {}).get("name", "") for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    device = {pid for pid, name in procs.items() if name.startswith("/device:")}
+    totals: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.get("ph") != "X" or not e.get("dur") or str(e.get("name", "")).startswith("end: "):
+            continue
+        pid, args = e.get("pid"), e.get("args") or {}
+        if device and pid not in device:
+            continue
+        line = threads.get((pid, e.get("tid")), "")
+        if "hlo_op" in args or (pid in device and not any(line.startswith(n) for n in _NOT_OPS)):
+            totals[str(args.get("hlo_op") or e["name"])] += float(e["dur"]) * 1e-6  # trace times are in microseconds
+    whole = sum(totals.values())
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    return [OpTime(name=name, seconds=secs, share=secs / whole if whole else 0.0) for name, secs in ranked]
+
+
+def device_trace(task: Task, candidate: Any, target: str, *, scale: str | None = None, runs: int = 3,
+                 timeout_s: float = 180.0) -> list[OpTime]:
+    """Run ``candidate`` ``runs`` times under ``jax.profiler`` in a child process; return its heaviest ops.
+
+    The child gets a scrubbed environment (no API keys) and a fresh work dir; the task is re-loaded there
+    from its source file, so only tasks with a ``source`` can be traced."""
+    from mk.candidate import Candidate
+
+    source = candidate.source if isinstance(candidate, Candidate) else str(candidate)
+    if task.source is None or not Path(task.source).is_file():
+        raise ValueError(f"task {task.name!r} has no source file to re-load in the profiling process")
+    with tempfile.TemporaryDirectory(prefix="mk-trace-") as tmp:
+        work = Path(tmp)
+        (work / "candidate.py").write_text(source)
+        spec = {"task": str(task.source), "task_id": (task.locator or {}).get("id"), "name": task.name, "scale": scale,
+                "target": target, "runs": runs, "entry": Candidate.from_source(source).entry}
+        (work / "spec.json").write_text(json.dumps(spec))
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+                                                             "TPU_VISIBLE_CHIPS", "XLA_FLAGS", "PYTHONPATH")}
+        env.update(HOME=str(work), TMPDIR=str(work), **({"JAX_PLATFORMS": "cpu"} if target == "cpu" else {}))
+        proc = subprocess.run([sys.executable, "-m", "mk.profile", str(work)], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            raise RuntimeError(f"the profiling run failed: {tail[0][:300]}")
+        found = find_trace(work / "trace")
+        if found is None:
+            raise RuntimeError("the profiler wrote no trace")
+        return parse_trace(found)
+
+
+def _trace_main(work: Path) -> int:
+    """Child side of :func:`device_trace`: load task and candidate, warm up, trace ``runs`` calls."""
+    import importlib.util
+
+    import jax
+
+    from mk.loaders import load_task
+    from mk.targets import get_target
+
+    spec = json.loads((work / "spec.json").read_text())
+    task = load_task(spec["task_id"] if spec.get("task_id") else spec["task"])
+    mod_spec = importlib.util.spec_from_file_location("mk_trace_candidate", work / "candidate.py")
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    fn = jax.jit(task.bind(getattr(module, spec["entry"]), spec["scale"]))
+    inputs = [jax.device_put(x) for x in task.make_inputs(spec["scale"], 0)]
+    with get_target(spec["target"]).execution():
+        jax.block_until_ready(fn(*inputs))  # compile outside the trace
+        with jax.profiler.trace(str(work / "trace"), create_perfetto_trace=True):
+            for _ in range(int(spec["runs"])):
+                jax.block_until_ready(fn(*inputs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_trace_main(Path(sys.argv[1])))

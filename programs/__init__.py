@@ -19,6 +19,10 @@ _LAZY = {
     "Implementation": "mk.programs.validation",
     "InvalidOutput": "mk.programs.validation",
     "run_validated": "mk.programs.validation",
+    "Auto": "mk.programs.auto",
+    "Plan": "mk.programs.auto",
+    "Search": "mk.programs.search",
+    "SearchConfig": "mk.programs.search",
 }
 
 __all__ = sorted(_LAZY)
