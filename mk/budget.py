@@ -96,7 +96,7 @@ class BudgetMeter:
             u = self.usage()
             raise BudgetExceeded(
                 f"the run stopped: {reason}",
-                hint="raise the limit (--max-lm-calls, --max-cost, --max-time) or resume the run with a new budget",
+                hint="raise the limit (--budget-calls, --budget-cost, --budget-time) or resume the run with a new budget",
                 lm_calls=u.lm_calls,
                 cost_usd=round(u.cost_usd, 6),
                 wall_s=round(u.wall_s, 3),

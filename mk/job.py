@@ -42,26 +42,11 @@ class OptimizeReport:
         return dict(self.__dict__)
 
 
-def resolve_author(lm: Any = None) -> tuple[Any, str]:
-    """Return (author adapter, announcement)."""
-    from mk.author import ANNOUNCEMENT, OfflineAuthor
-    from mk.author.adapter import OfflineAuthorAdapter
+def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = None, budget: Any = None) -> tuple[Any, str]:
+    """Return (author, announcement); see :func:`mk.authors.resolve_author`."""
+    from mk.authors import resolve_author as _resolve
 
-    if lm in (None, "offline"):
-        choice_kind = "offline"
-        if lm is None:
-            try:
-                from mk.lm import resolve_lm
-
-                choice_kind = resolve_lm(None).kind
-            except ImportError:
-                choice_kind = "offline"
-        if choice_kind == "offline" or lm == "offline":
-            return OfflineAuthorAdapter(OfflineAuthor()), ANNOUNCEMENT
-    raise ConfigError(
-        "a language-model author is configured, but `mk optimize` in this version only drives the offline author",
-        hint="run with --lm offline (the LM sub-agents are available from Python: mk.programs)",
-    )
+    return _resolve(lm, store=store, run_id=run_id, budget=budget)
 
 
 def optimize_task(
@@ -75,18 +60,29 @@ def optimize_task(
     tune: bool = True,
     max_trials: int = 6,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    budget: Any = None,
 ) -> OptimizeReport:
+    """``budget``: a :class:`mk.budget.Budget` (LM calls, cost, wall time) or a BudgetMeter; ``lm``: see resolve_author."""
+    from mk.authors import prepare_suite
+    from mk.budget import BudgetMeter
     from mk.programs.auto import Auto
     from mk.store import Store
     from mk.targets import get_target
 
     tgt = get_target(target)
-    author, announcement = resolve_author(lm)
-    if on_event:
-        on_event("author", {"announcement": announcement})
+    meter = budget if isinstance(budget, BudgetMeter) or budget is None else BudgetMeter(budget)
     with Store.open(db) as store:
-        auto = Auto(author, target=target, iterations=iterations, store=store, tune=tune, max_trials=max_trials, on_event=on_event)
-        result = auto.run(task)
+        author, announcement = resolve_author(lm, store=store, budget=meter)
+        if on_event:
+            on_event("author", {"announcement": announcement})
+        store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
+        run_id = store.create_run(task.fingerprint(), "auto", {"target": target, "author": author.name})
+        if hasattr(author, "bind_run"):
+            author.bind_run(run_id)  # the LM calls from here on (test synthesis included) belong to this run
+        run_task, suite = prepare_suite(author, task, target)
+        auto = Auto(author, target=target, iterations=iterations, store=store, tune=tune, max_trials=max_trials,
+                    budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
+        result = auto.run(run_task, suite=suite, run_id=run_id)
     declined = getattr(author, "declined", {})
     best = result.best
     kernel_path = report_path = None

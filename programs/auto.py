@@ -49,6 +49,8 @@ class Context:
     target: str
     history: list["Snapshot"]
     feedback: str = ""
+    run_id: str | None = None
+    node_id: str | None = None  # the node of the attempt in flight, once its code exists
 
 
 class Author(Protocol):
@@ -226,7 +228,7 @@ class Auto:
     # --- phases --------------------------------------------------------------------
     def _ctx(self, traj: Trajectory) -> Context:
         feedback = "\n".join(s.summary() for s in traj.snapshots[-4:])
-        return Context(traj.task, self.target, traj.snapshots, feedback)
+        return Context(traj.task, self.target, traj.snapshots, feedback, traj.run_id, traj.attempt.node_id or traj.parent)
 
     def _plan(self, traj: Trajectory) -> PhaseResult:
         a = traj.attempt
@@ -235,7 +237,8 @@ class Auto:
             return PhaseResult("plan", None, True, traj.stop_reason)
         plan = self.author.plan(self._ctx(traj))
         if plan is None:
-            self._finish(traj, f"the {self.author.name} author has no further proposals")
+            why = getattr(self.author, "stop_reason", "") or ""
+            self._finish(traj, f"the {self.author.name} author has no further proposals" + (f" ({why})" if why else ""))
             return PhaseResult("plan", None, True, traj.stop_reason)
         a.plan, a.next_phase = plan, "implement"
         self.on_event("proposal", {"iteration": a.iteration, "name": plan.name, "rationale": plan.text})
@@ -247,9 +250,10 @@ class Auto:
             a.proposal = self.author.implement(self._ctx(traj), a.plan)
         except MkError as exc:
             return self._fail(traj, "implement", "rejected", f"the author could not implement the plan: {exc}")
-        return self._accept_code(traj, "implement")
+        return self.accept_code(traj, "implement")
 
-    def _accept_code(self, traj: Trajectory, phase: str) -> PhaseResult:
+    def accept_code(self, traj: Trajectory, phase: str) -> PhaseResult:
+        """Take ``traj.attempt.proposal`` as the code to judge next (authored, fixed or edited by hand)."""
         a = traj.attempt
         code_hash = hashlib.sha256(a.proposal.source.encode()).hexdigest()[:16]
         if self.store is not None and traj.run_id:
@@ -278,7 +282,7 @@ class Auto:
             fixed = self.author.fix(self._ctx(traj), a.proposal, res.reason)
             if fixed is not None:
                 a.proposal = fixed
-                out = self._accept_code(traj, "validate")
+                out = self.accept_code(traj, "validate")
                 return PhaseResult("validate", res, False, f"compile error, fix {a.fixes} proposed: {res.reason}") if out.ok else out
         return self._fail(traj, "validate", res.status, res.reason, res)
 
@@ -351,7 +355,7 @@ class Auto:
         res = snap.result
         timings = res.timing.model_dump() if res is not None and res.timing else {}
         prof = {"report": snap.profile.model_dump() if snap.profile else None, "config": snap.config, "tuning": snap.tuning_note,
-                "failed_phase": snap.failed_phase}
+                "failed_phase": snap.failed_phase, "feedback": snap.feedback}
         if snap.node_id:
             self.store.update_node(snap.node_id, status=snap.status, reason=snap.reason, speedup=snap.speedup)
         self.store.add_snapshot(traj.run_id, snap.node_id, snap.iteration, code=snap.source, plan=snap.rationale, status=snap.status,

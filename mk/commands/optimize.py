@@ -19,12 +19,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--out", default="mk-out", help="folder for the kernel and the JSON report")
     p.add_argument("--json", action="store_true", help="print status, run_id, kernel_path, speedup as JSON")
+    p.add_argument("--budget-calls", type=int, default=None, help="stop after this many LM calls")
+    p.add_argument("--budget-cost", type=float, default=None, help="stop once the estimated LM cost reaches this many USD")
+    p.add_argument("--budget-time", type=float, default=None, help="stop after this many seconds of wall time")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from mk.budget import Budget
     from mk.loaders import load_task
     from mk.job import optimize_task
 
@@ -48,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
     with console.status("optimising…") if not args.json else _null():
         report = optimize_task(task, target=args.target, lm=args.lm, iterations=args.iterations, db=args.db, out=args.out,
-                               max_trials=args.trials, on_event=on_event)
+                               max_trials=args.trials, on_event=on_event,
+                               budget=Budget(args.budget_calls, args.budget_cost, args.budget_time))
     if args.json:
         print(json.dumps({"status": report.status, "run_id": report.run_id, "kernel_path": report.kernel_path,
                           "speedup": report.speedup, "stop_reason": report.stop_reason, "report_path": report.report_path}))

@@ -1,0 +1,91 @@
+"""Choosing the author of a run: the LM sub-agents when a model is configured, else the offline rules.
+
+:func:`resolve_author` follows :func:`mk.lm.resolve_lm` (``lm=`` / ``--lm`` →
+``MK_LM`` → Gemini keys → offline). With a model, the author is
+:class:`mk.programs.lm_author.LMAuthor` over the model wrapped by
+:func:`mk.lm.accounted` (every call budgeted and recorded in ``store`` under
+``run_id``) and the knowledge store, opened on first use; a store that cannot
+be opened is logged and the author goes on without retrieval.
+:func:`prepare_suite` freezes the suite with the author's synthesised cases.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from mk.errors import KnowledgeError
+from mk.task import Task
+
+log = logging.getLogger(__name__)
+
+
+class LazyKnowledge:
+    """A knowledge store opened on the first ``retrieve``; if it cannot be opened, retrieval is off (logged once)."""
+
+    def __init__(self, kb_dir: str | Path | None = None):
+        self.kb_dir = kb_dir
+        self._store: Any = None
+        self._failed: str | None = None
+
+    def retrieve(self, query: str, k: int = 5) -> str:
+        if self._failed is not None:
+            return ""
+        if self._store is None:
+            try:
+                from mk.retrievers import KnowledgeStore
+
+                self._store = KnowledgeStore.open(self.kb_dir)
+            except (KnowledgeError, OSError, ValueError, ImportError) as exc:
+                self._failed = str(exc)
+                log.warning("the knowledge store could not be opened (%s); the LM author works without retrieval", exc)
+                return ""
+        try:
+            return self._store.retrieve(query, k)
+        except (KnowledgeError, OSError, ValueError) as exc:
+            self._failed = str(exc)
+            log.warning("the knowledge store failed (%s); the LM author works without retrieval from now on", exc)
+            return ""
+
+
+def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = None, budget: Any = None,
+                   knowledge: Any = None) -> tuple[Any, str]:
+    """Return ``(author, announcement)``.
+
+    ``lm``: None (resolve from the environment), ``"offline"``, a DSPy model
+    string or a ``dspy.LM``. ``budget``: a :class:`mk.budget.Budget` or a
+    :class:`mk.budget.BudgetMeter` (pass the meter that Auto checks, so the LM
+    calls count against it; the author's ``meter`` is the one in use).
+    ``knowledge``: a retriever (``retrieve(query, k)``) or None for the
+    default knowledge store, opened lazily."""
+    from mk.author import ANNOUNCEMENT, OfflineAuthor
+    from mk.author.adapter import OfflineAuthorAdapter
+    from mk.lm import Accountant, accounted, resolve_lm
+
+    if isinstance(lm, str) and lm.strip() == "offline":
+        return OfflineAuthorAdapter(OfflineAuthor()), ANNOUNCEMENT
+    choice = resolve_lm(lm)
+    if choice.offline:
+        return OfflineAuthorAdapter(OfflineAuthor()), ANNOUNCEMENT
+    from mk.programs.lm_author import LMAuthor
+
+    accountant = Accountant(store, run_id=run_id, budget=budget)
+    author = LMAuthor(accounted(choice.lm, accountant), knowledge=knowledge if knowledge is not None else LazyKnowledge(),
+                      model=choice.model)
+    announcement = (f"using the language model {choice.model} ({choice.reason}): planner, implementer, compile fixer, "
+                    "profile analyst and test synthesizer, with the built-in rule-based proposals tried first where they apply")
+    return author, announcement
+
+
+def prepare_suite(author: Any, task: Task, target: str) -> tuple[Task, Any]:
+    """Freeze the suite before the first plan, with the author's synthesised cases when it has any.
+
+    Returns ``(task, suite)``: the task gains a scale per synthesised case
+    with new shapes; the suite holds the task's usual cases for its own
+    scales plus the synthesised ones."""
+    from mk.harness.suite import build_suite
+
+    prepare = getattr(author, "prepare", None)
+    run_task, extra = prepare(task, target) if callable(prepare) else (task, [])
+    return run_task, build_suite(run_task, scales=list(task.scales), extra_cases=extra)

@@ -1,0 +1,163 @@
+"""`mk hitl TASK`: optimise with a person in the loop, one phase at a time.
+
+After each phase the artifact is shown (plan text, code, verdict table, tuning,
+profile summary) and the prompt asks: [a]pprove (run the next phase), [e]dit
+(the plan, or the code once there is code), [r]edo (run the last phase again) or
+[q]uit (the session stays in the store: `mk hitl --resume RUN_ID`). An edit
+opens $EDITOR on a temporary file; when stdin is not a terminal or $EDITOR is
+unset, the replacement is read from stdin up to a line holding a single ".".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mk.errors import ConfigError
+
+CHOICES = {"a": "approve", "approve": "approve", "": "approve", "e": "edit", "edit": "edit", "r": "redo", "redo": "redo",
+           "q": "quit", "quit": "quit"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hitl", help="optimise a task with a person approving, editing or redoing each phase")
+    p.add_argument("task", nargs="?", help="an mk task module, a MaxKernel task dir, a JAXBench baseline.py or jaxbench:<id>")
+    p.add_argument("--resume", metavar="RUN_ID", default=None, help="continue the HITL session of this run from the store")
+    p.add_argument("--target", choices=["tpu", "gpu", "cpu"], default="tpu")
+    p.add_argument("--scale", default=None, help="restrict the task to this scale (default: every scale it defines)")
+    p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
+    p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
+    p.add_argument("--iterations", type=int, default=None, help="iteration limit (default 4, or the resumed run's)")
+    p.add_argument("--trials", type=int, default=6, help="autotuning trials per candidate")
+    p.add_argument("--out", default="mk-out", help="folder for the best kernel")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from mk.programs.session import Session, render, render_session
+
+    console = Console(highlight=False, file=sys.stdout)
+    if not args.task and not args.resume:
+        raise ConfigError("name a task, or a run to resume", hint="mk hitl examples/rmsnorm.py  or  mk hitl --resume RUN_ID")
+    author, announcement = _author(args.lm)
+    if announcement:
+        console.print(f"[bold]{announcement}[/]")
+    if args.resume:
+        session = Session.resume(args.resume, db=args.db, author=author, iterations=args.iterations)
+        console.print(f"resumed run {session.run_id}: {len(session.snapshots)} snapshots restored")
+    else:
+        session = Session(args.task, target=args.target, author=author, db=args.db, scale=args.scale,
+                          iterations=args.iterations or 4, max_trials=args.trials)
+    console.print(f"HITL session {session.run_id} on {session.task.name} ({session.target}); frozen suite {session.traj.suite_hash[:12]}: "
+                  f"{len(session.traj.suite.cases)} cases", soft_wrap=True)
+    while not session.done:
+        console.print(render(session.step()))
+        while not session.done:
+            choice = _ask(console, session)
+            if choice == "approve":
+                break
+            if choice == "quit":
+                console.print(f"stopped; the session is kept in the store: mk hitl --resume {session.run_id}"
+                              + (f" --db {args.db}" if args.db else ""), soft_wrap=True)
+                return _finish(console, session, args)
+            if choice == "redo":
+                console.print(f"running {session.redo()} again")
+                break
+            if choice == "edit":
+                _edit(console, session)
+    console.print(render_session(session))
+    return _finish(console, session, args)
+
+
+def _ask(console: Any, session: Any) -> str:
+    while True:
+        console.print(f"next: [bold]{session.next_phase}[/]  \\[a]pprove / \\[e]dit / \\[r]edo / \\[q]uit? ", end="")
+        sys.stdout.flush()
+        line = sys.stdin.readline()
+        if not _tty():
+            console.print(line.strip(), highlight=False, markup=False)  # echo piped answers so the transcript reads right
+        if not line:  # end of input: stop here, everything so far is stored
+            console.print()
+            return "quit"
+        choice = CHOICES.get(line.strip().lower())
+        if choice:
+            return choice
+        console.print(f"unknown answer {line.strip()!r}")
+
+
+def _edit(console: Any, session: Any) -> None:
+    from mk.errors import MkError
+    from mk.programs.session import render
+
+    a = session.attempt
+    if a.proposal is None and a.plan is None:
+        console.print("nothing to edit yet: approve to get a plan")
+        return
+    try:
+        if a.proposal is None:  # the plan is what the last phase produced
+            text = _read_replacement(console, a.plan.text, ".md", "plan")
+            if text.strip():
+                session.edit_plan(text)
+                console.print("plan replaced; approve to implement it")
+        else:
+            text = _read_replacement(console, a.proposal.source, ".py", "code")
+            if text.strip():
+                console.print(render(session.edit_code(text)))
+    except MkError as err:
+        console.print(f"[red]cannot edit:[/] {err}")
+
+
+def _read_replacement(console: Any, current: str, suffix: str, what: str) -> str:
+    editor = os.environ.get("EDITOR")
+    if editor and _tty():
+        with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix=f"mk-{what}-", delete=False) as fh:
+            fh.write(current)
+        path = Path(fh.name)
+        try:
+            subprocess.run([*shlex.split(editor), str(path)], check=True)
+            return path.read_text()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise ConfigError(f"the editor {editor!r} failed: {exc}", hint="fix $EDITOR, or unset it to paste the text instead") from exc
+        finally:
+            path.unlink(missing_ok=True)
+    console.print(f"type the new {what}; end with a line holding a single '.' (an empty text keeps the current one)")
+    lines = []
+    for line in iter(sys.stdin.readline, ""):
+        if line.rstrip("\r\n") == ".":
+            break
+        lines.append(line)
+    return "".join(lines)
+
+
+def _tty() -> bool:
+    isatty = getattr(sys.stdin, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _finish(console: Any, session: Any, args: argparse.Namespace) -> int:
+    best = session.best
+    if best is None:
+        console.print("no correct kernel yet")
+        return 1
+    path = session.save(Path(args.out) / f"{session.task.name}_{session.target}.py")
+    speed = f"{best.speedup:.2f}x" if best.speedup is not None else "not measured (no device of this kind here)"
+    console.print(f"[bold]correct[/]: best {best.proposal}, speedup {speed}; kernel: {path}; run: {session.run_id}", soft_wrap=True)
+    return 0
+
+
+def _author(lm: str | None) -> tuple[Any, str]:
+    """The author for ``--lm`` (an LM author where mk provides one), and what to announce."""
+    try:
+        from mk.authors import resolve_author  # the LM-backed authors, where installed
+    except ImportError:
+        from mk.job import resolve_author
+    got = resolve_author(lm)
+    return got if isinstance(got, tuple) else (got, "")

@@ -1,0 +1,445 @@
+"""Human in the loop: one phase at a time, with a person between phases.
+
+A :class:`Session` drives :class:`mk.programs.auto.Auto` through
+``Auto.start``/``Auto.step``. After each phase the person can look at what it
+produced (``session.artifact``, rendered with rich in a notebook or a terminal),
+rewrite the plan (:meth:`Session.edit_plan`) or the code
+(:meth:`Session.edit_code`; edited code goes through the same validate and test
+phases, the same frozen suite and the same judge as authored code), run the
+last phase again (:meth:`Session.redo`) or go on (:meth:`Session.approve`).
+
+Everything is persisted by Auto's own store writes under a run with mode
+``"hitl"``; the run's config also records where the task lives and which scales
+were kept, so :meth:`Session.resume` can rebuild the session in another process:
+it reloads the task, checks that the frozen suite hash is unchanged, restores the
+completed snapshots and continues at the next plan. The store is opened only
+while a phase runs, so a notebook does not hold the DuckDB lock between phases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from mk.author.proposal import Proposal
+from mk.errors import ConfigError, StoreError, TaskError
+from mk.harness.results import EvalResult
+from mk.harness.suite import build_suite
+from mk.profile import ProfileReport
+from mk.programs.auto import Attempt, Auto, PhaseResult, Plan, Snapshot, Trajectory
+from mk.task import Task
+from mk.tuning.autotune import TuneResult
+
+log = logging.getLogger(__name__)
+
+MODE = "hitl"
+
+
+@dataclasses.dataclass
+class StepResult(PhaseResult):
+    """A :class:`PhaseResult` that renders itself (rich in a terminal, HTML in a notebook)."""
+
+    def __rich__(self) -> Any:
+        return render(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return _mimebundle(render(self))
+
+
+class Session:
+    """An interactive optimisation trajectory for ``task`` (a Task or anything :func:`mk.loaders.load_task` takes)."""
+
+    def __init__(
+        self,
+        task: Any,
+        *,
+        target: str = "tpu",
+        author: Any = None,
+        db: Any = None,
+        scale: str | None = None,
+        iterations: int = 4,
+        tune: bool = True,
+        max_trials: int = 6,
+        max_fixes: int = 2,
+        evaluate: Callable[..., EvalResult] | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        _resume: dict[str, Any] | None = None,
+    ):
+        from mk.loaders import load_task
+
+        task = load_task(task)
+        if scale:
+            task = task.with_scales({scale: task.scale(scale)})
+        self.task: Task = task
+        self.target = target
+        self.author = author if author is not None else _offline_author()
+        self.history: list[StepResult] = []
+        self._db, self._shared = _store_spec(db)
+        self._auto = Auto(_SkipTried(self.author, _resume["tried"] if _resume else []), target=target, iterations=iterations,
+                          evaluate=evaluate, tune=tune, max_trials=max_trials, max_fixes=max_fixes, on_event=on_event)
+        suite = _resume["suite"] if _resume else build_suite(task)
+        with self._store() as store:
+            self._auto.store = store
+            run_id = _resume["run_id"] if _resume else store.create_run(task.fingerprint(), MODE, {
+                "target": target, "author": self.author.name, "suite_hash": suite.hash, "locator": dict(task.locator),
+                "scales": list(task.scales), "iterations": iterations, "tune": tune, "max_trials": max_trials,
+                "max_fixes": max_fixes})
+            self.traj: Trajectory = self._auto.start(task, suite=suite, run_id=run_id, mode=MODE)
+            self._auto.store = None
+        if _resume:
+            self.traj.snapshots = _resume["snapshots"]
+            self.traj.parent = next((s.node_id for s in reversed(self.traj.snapshots) if s.node_id), None)
+            self.traj.attempt = Attempt(max((s.iteration for s in self.traj.snapshots), default=0) + 1)
+
+    # --- resuming ------------------------------------------------------------------
+    @classmethod
+    def resume(cls, run_id: str, *, db: Any = None, author: Any = None, iterations: int | None = None,
+               evaluate: Callable[..., EvalResult] | None = None,
+               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> "Session":
+        """Rebuild the session of ``run_id`` from the store and continue at the next plan."""
+        from mk.loaders import load_task
+
+        spec, shared = _store_spec(db)
+        with _open(spec, shared) as store:
+            run = store.get_run(run_id)
+            if run is None:
+                raise StoreError(f"there is no run {run_id!r} in {store.path}", hint="list runs with SQL: select id, mode, status from runs")
+            cfg = dict(run.get("config") or {})
+            locator = cfg.get("locator") or _locator_from_task_row(store.get_task(run["task_fingerprint"] or ""))
+            snapshots, tried = _restore(store, run_id)
+        if author is None and cfg.get("author") not in (None, _offline_author().name):
+            raise ConfigError(f"run {run_id} was driven by the {cfg['author']!r} author", hint="pass author= to resume it")
+        if not locator:
+            raise TaskError(f"run {run_id} does not record where its task lives, so it cannot be resumed",
+                            hint="start a new Session on the task")
+        full = load_task(locator)
+        # a HITL run records the scales it kept; for another run try each single scale, then all of them
+        choices = [cfg["scales"]] if cfg.get("scales") else [[n] for n in full.scales] + ([list(full.scales)] if len(full.scales) > 1 else [])
+        for scales in choices:
+            task = full.with_scales({n: full.scale(n) for n in scales})
+            suite = build_suite(task)
+            if not cfg.get("suite_hash") or suite.hash == cfg["suite_hash"]:
+                break
+        if run.get("task_fingerprint") and task.fingerprint() != run["task_fingerprint"]:
+            log.warning("the task's source changed since run %s; resuming because its frozen suite is unchanged", run_id)
+        if cfg.get("suite_hash") and suite.hash != cfg["suite_hash"]:
+            raise TaskError(f"the task's frozen suite changed since run {run_id} (was {cfg['suite_hash'][:12]}, now {suite.hash[:12]}); "
+                            "results judged on another suite cannot be continued", path=task.source,
+                            hint="start a new Session on the task as it is now")
+        return cls(task, target=cfg.get("target", "tpu"), author=author, db=db, iterations=iterations or cfg.get("iterations", 4),
+                   tune=cfg.get("tune", True), max_trials=cfg.get("max_trials", 6), max_fixes=cfg.get("max_fixes", 2),
+                   evaluate=evaluate, on_event=on_event,
+                   _resume={"run_id": run_id, "suite": suite, "snapshots": snapshots, "tried": tried})
+
+    # --- state ---------------------------------------------------------------------
+    @property
+    def run_id(self) -> str | None:
+        return self.traj.run_id
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.traj.attempt
+
+    @property
+    def next_phase(self) -> str | None:
+        return None if self.traj.done else self.traj.attempt.next_phase
+
+    @property
+    def done(self) -> bool:
+        return self.traj.done
+
+    @property
+    def snapshots(self) -> list[Snapshot]:
+        return self.traj.snapshots
+
+    @property
+    def best(self) -> Snapshot | None:
+        return self.traj.best
+
+    @property
+    def last(self) -> StepResult | None:
+        return self.history[-1] if self.history else None
+
+    @property
+    def artifact(self) -> Any:
+        """What the last phase produced: a Plan, Proposal, EvalResult, TuneResult, ProfileReport or Snapshot."""
+        return self.last.artifact if self.last else None
+
+    # --- driving -------------------------------------------------------------------
+    def step(self) -> StepResult:
+        """Run the next phase and return what it produced."""
+        with self._store() as store:
+            self._auto.store = store
+            try:
+                res = self._auto.step(self.traj)
+            finally:
+                self._auto.store = None
+        out = StepResult(res.phase, res.artifact, res.ok, res.message)
+        self.history.append(out)
+        return out
+
+    def approve(self) -> StepResult:
+        """Accept what the last phase produced and run the next one."""
+        return self.step()
+
+    def run_to_end(self) -> Snapshot | None:
+        """Run the remaining phases without stopping; return the best snapshot."""
+        while not self.done:
+            self.step()
+        return self.best
+
+    def edit_plan(self, text: str) -> Plan:
+        """Replace the plan's text; the author implements the edited plan (again, if code was already written)."""
+        a = self._live_attempt("edit the plan")
+        if a.plan is None:
+            raise ConfigError("there is no plan to edit yet", hint="run session.step() to get the author's plan first")
+        a.plan = Plan(a.plan.name, text, a.plan.data)
+        if a.next_phase != "implement":
+            a.failure, a.fixes, a.next_phase = None, 0, "implement"
+        if a.node_id:
+            with self._store() as store:
+                store.update_node(a.node_id, plan=text)
+        return a.plan
+
+    def edit_code(self, source: str) -> StepResult:
+        """Replace the candidate's source; it is validated and tested next, by the same judge as authored code."""
+        a = self._live_attempt("edit the code")
+        if a.plan is None:
+            raise ConfigError("there is no plan yet to attach hand-written code to", hint="run session.step() for a plan first")
+        old = a.proposal or Proposal(a.plan.name, "", a.plan.text, "human")
+        note = "" if "(code edited by hand)" in old.rationale else " (code edited by hand)"
+        a.proposal = Proposal(old.name, source, old.rationale + note, old.template)
+        a.failure, a.fixes, a.validation, a.test, a.tuned, a.profile = None, 0, None, None, None, None
+        with self._store() as store:
+            self._auto.store = store
+            try:
+                res = self._auto.accept_code(self.traj, "edit")  # the same node update + candidate build as authored code
+                if a.node_id:
+                    meta = dict((store.get_node(a.node_id) or {}).get("meta") or {})
+                    meta["human_edits"] = int(meta.get("human_edits", 0)) + 1
+                    store.update_node(a.node_id, meta=meta)
+            finally:
+                self._auto.store = None
+        out = StepResult(res.phase, res.artifact, res.ok, res.message)
+        self.history.append(out)
+        return out
+
+    def redo(self) -> str:
+        """Make the last phase run again at the next step; returns its name."""
+        a = self._live_attempt("redo a phase")
+        last = self.last
+        if last is None or last.phase in ("snapshot", "done", "edit"):
+            raise ConfigError(f"there is no phase to redo after {last.phase if last else 'nothing'!r}",
+                              hint="step() runs the next phase; edit_code()/edit_plan() change the attempt in flight")
+        if last.phase == "plan":
+            a.plan, a.proposal, a.candidate = None, None, None
+        a.failure, a.next_phase = None, last.phase
+        return last.phase
+
+    def save(self, path: str | Path) -> Path:
+        """Write the best kernel (with mk's provenance header and its tuned config) to ``path``."""
+        from mk.job import _with_provenance
+        from mk.targets import get_target
+
+        best = self.best
+        if best is None:
+            raise ConfigError("this session has no correct kernel to save yet", hint="step further, or edit the code")
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(_with_provenance(best, self.task, self.traj.suite_hash, get_target(self.target)))
+        return p
+
+    # --- display -------------------------------------------------------------------
+    def __rich__(self) -> Any:
+        return render_session(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return _mimebundle(render_session(self))
+
+    def __repr__(self) -> str:
+        return (f"Session(task={self.task.name!r}, target={self.target!r}, run={self.run_id}, snapshots={len(self.snapshots)}, "
+                f"next={self.next_phase})")
+
+    # --- helpers -------------------------------------------------------------------
+    def _live_attempt(self, what: str) -> Attempt:
+        if self.traj.done:
+            raise ConfigError(f"the session has finished ({self.traj.stop_reason}); cannot {what}",
+                              hint="Session.resume(run_id, iterations=...) continues it with a larger iteration limit")
+        return self.traj.attempt
+
+    def _store(self) -> contextlib.AbstractContextManager[Any]:
+        return _open(self._db, self._shared)
+
+
+# --- the author, as seen on a resumed session ----------------------------------------------
+class _SkipTried:
+    """Delegates to ``author``; on a resumed session, skips a plan named like one already snapshotted (once per name)."""
+
+    def __init__(self, author: Any, tried: list[str]):
+        self._author, self._tried = author, list(tried)
+        self.name = author.name
+
+    def plan(self, ctx: Any) -> Plan | None:
+        plan = self._author.plan(ctx)
+        while plan is not None and plan.name in self._tried:
+            self._tried.remove(plan.name)
+            plan = self._author.plan(ctx)
+        return plan
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._author, item)
+
+
+def _offline_author() -> Any:
+    from mk.author.adapter import OfflineAuthorAdapter
+
+    return OfflineAuthorAdapter()
+
+
+# --- the store -------------------------------------------------------------------------------
+def _store_spec(db: Any) -> tuple[Any, Any]:
+    """(path for per-phase opening, or None) and (a Store kept open: one given, or an in-memory one)."""
+    from mk.store import MEMORY, Store
+
+    if isinstance(db, Store):
+        return None, db
+    if db is not None and str(db) == MEMORY:
+        return None, Store.open(MEMORY)
+    return db, None
+
+
+@contextlib.contextmanager
+def _open(path: Any, shared: Any) -> Iterator[Any]:
+    if shared is not None:
+        yield shared
+        return
+    from mk.store import Store
+
+    with Store.open(path) as store:
+        yield store
+
+
+def _locator_from_task_row(row: dict[str, Any] | None) -> dict[str, str] | None:
+    if not row or not row.get("source") or row.get("kind") == "callable":
+        return None
+    return {"kind": row["kind"], "path": row["source"], "id": row["name"]}
+
+
+def _restore(store: Any, run_id: str) -> tuple[list[Snapshot], list[str]]:
+    """The run's snapshots as Auto made them, and the proposal names already tried."""
+    nodes = {n["id"]: n for n in store.nodes(run_id)}
+    evals: dict[str, dict[str, Any]] = {}
+    for e in store.query("SELECT node_id, reason, result FROM evaluations WHERE run_id = ? ORDER BY created_at", [run_id]):
+        if e["node_id"]:
+            evals[e["node_id"]] = e
+    snaps = []
+    for row in store.snapshots(run_id):
+        node = nodes.get(row["node_id"] or "", {})
+        ev = evals.get(row["node_id"] or "", {})
+        prof = row.get("profile") or {}
+        meta = node.get("meta") or {}
+        result = ev.get("result")
+        snaps.append(Snapshot(
+            iteration=int(row["iteration"]), proposal=meta.get("name") or f"iteration {row['iteration']}",
+            rationale=row.get("plan") or "", source=row.get("code") or "", config=dict(prof.get("config") or {}),
+            status=row["status"], reason=node.get("reason") or ev.get("reason") or "", speedup=row.get("speedup"),
+            result=(EvalResult.model_validate_json(result) if isinstance(result, str) else EvalResult.model_validate(result))
+            if result else None,
+            node_id=row["node_id"], tuning_note=prof.get("tuning") or "", failed_phase=prof.get("failed_phase"),
+            profile=ProfileReport.model_validate(prof["report"]) if prof.get("report") else None,
+            feedback=prof.get("feedback") or ""))
+    return snaps, [s.proposal for s in snaps]
+
+
+# --- rendering -------------------------------------------------------------------------------
+def render(result: PhaseResult) -> Any:
+    """A rich renderable for one phase's result: plan text, code, verdict table, tuning or profile summary."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    art = result.artifact
+    style = "green" if result.ok else "red"
+    title = f"{result.phase}: {'ok' if result.ok else 'failed'}"
+    if isinstance(art, Plan):
+        body: Any = Group(Text(art.name, style="bold"), Text(art.text))
+    elif isinstance(art, Proposal):
+        body = Group(Text(f"{art.name} ({art.template}): {art.rationale}"), Syntax(art.source, "python", line_numbers=True))
+    elif isinstance(art, EvalResult):
+        body = _verdict(art)
+    elif isinstance(art, TuneResult):
+        body = _tuning(art)
+    elif isinstance(art, ProfileReport):
+        body = Text(art.summary())
+    elif isinstance(art, Snapshot):
+        body = Text(art.summary())
+    else:
+        body = Text(result.message or "(nothing)")
+    named = getattr(art, "name", None)
+    if result.message and result.message != named and not isinstance(art, (Snapshot, ProfileReport)) and art is not None:
+        body = Group(body, Text(result.message, style="dim"))
+    return Panel(body, title=title, border_style=style, title_align="left")
+
+
+def _verdict(res: EvalResult) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table("case", "scale", "seed", "distribution", "ok", "max abs err", "max rel err", "note")
+    for c in res.cases:
+        table.add_row(str(c.index), c.scale, str(c.seed), c.distribution, "yes" if c.ok else "NO", _num(c.max_abs), _num(c.max_rel), c.note)
+    head = Text(f"verdict: {res.status} - {res.reason}", style="bold green" if res.status == "correct" else "bold red")
+    timing = res.timing
+    extra = []
+    if timing is not None:
+        extra.append(Text(f"speedup {timing.speedup:.2f}x" if timing.measured and timing.speedup else f"time: {timing.reason or 'not measured'}"))
+    return Group(head, table, *extra)
+
+
+def _tuning(tuned: TuneResult) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = [Text(f"config {tuned.config or '{}'}: {tuned.note}")]
+    if tuned.trials:
+        table = Table("trial", "params", "status", "seconds", "reason")
+        for t in tuned.trials:
+            table.add_row(str(t.number), str(t.params), t.status, _num(t.seconds), t.reason)
+        parts.append(table)
+    return Group(*parts)
+
+
+def render_session(session: Session) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    head = Text(f"HITL session on {session.task.name} for {session.target}; run {session.run_id}; "
+                + (f"finished: {session.traj.stop_reason}" if session.done else f"next phase: {session.next_phase} "
+                   f"(iteration {session.attempt.iteration})"))
+    table = Table("iteration", "proposal", "status", "speedup", "config", "reason")
+    best = session.best
+    for s in session.snapshots:
+        mark = " (best)" if s is best else ""
+        table.add_row(str(s.iteration), s.proposal + mark, s.status, _num(s.speedup), str(s.config or ""), s.reason[:80])
+    return Group(head, table)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _mimebundle(renderable: Any) -> dict[str, str]:
+    from rich.console import Console
+
+    console = Console(record=True, file=io.StringIO(), width=110, force_jupyter=False, force_terminal=False)
+    console.print(renderable)
+    return {"text/plain": console.export_text(), "text/html": console.export_html(inline_styles=True)}
+

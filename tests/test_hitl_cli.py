@@ -1,0 +1,84 @@
+"""`mk hitl`: driven with a fake stdin in-process, through $EDITOR, and as a real subprocess over pipes."""
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from mk.cli import main
+from mk.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = str(ROOT / "examples" / "rmsnorm.py")
+PURE_JAX = (
+    "import jax\nimport jax.numpy as jnp\n\n"
+    "def kernel(x, weight, eps):\n"
+    "    x32 = x.astype(jnp.float32)\n"
+    "    inv = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)\n"
+    "    return (x32 * inv * weight).astype(x.dtype)\n"
+)
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _args(tmp_path, *extra):
+    return ["hitl", TASK, "--target", "tpu", "--scale", "ci", "--trials", "1", "--db", str(tmp_path / "h.duckdb"),
+            "--out", str(tmp_path / "out"), *extra]
+
+
+def test_fake_stdin_edit_plan_and_code_quit_then_resume(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("EDITOR", raising=False)
+    answers = ("e\nmy own plan: whole rows per block\n.\n"  # edit the plan
+               "a\n"  # implement
+               f"e\n{PURE_JAX}.\n"  # replace the code with a pure-JAX version
+               "a\n"  # validate: the tpu judge requires a Pallas kernel
+               "q\n")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(answers))
+    assert main(_args(tmp_path)) == 1  # quit with no correct kernel
+    out = capsys.readouterr().out
+    assert "plan replaced" in out and "edit: ok" in out and "validate: failed" in out and "rejected" in out
+    run_id = re.search(r"mk hitl --resume (\w+)", out).group(1)
+    with Store.open(tmp_path / "h.duckdb") as store:
+        assert store.get_run(run_id)["mode"] == "hitl"
+        (node,) = store.nodes(run_id)
+        assert node["plan"].startswith("my own plan") and node["code"] == PURE_JAX
+
+    # resume: nothing was snapshotted, so it plans again; approving every phase ends with a correct kernel
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a\n" * 12))
+    assert main(["hitl", "--resume", run_id, "--db", str(tmp_path / "h.duckdb"), "--out", str(tmp_path / "out"), "--trials", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"resumed run {run_id}" in out and "test: ok" in out and "snapshot: ok" in out
+    kernel = tmp_path / "out" / "rmsnorm_tpu.py"
+    assert kernel.exists() and "verdict: correct" in kernel.read_text()
+
+
+def test_edit_through_editor_on_a_tty(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "editor.py"
+    script.write_text("import sys\np = sys.argv[1]\nopen(p, 'a').write(' -- edited in the editor')\n")
+    monkeypatch.setenv("EDITOR", f"{sys.executable} {script}")
+    monkeypatch.setattr(sys, "stdin", FakeTTY("e\na\nq\n"))  # edit the plan in $EDITOR, implement it, quit
+    assert main(_args(tmp_path)) == 1
+    out = capsys.readouterr().out
+    assert "plan replaced" in out and "implement: ok" in out
+    with Store.open(tmp_path / "h.duckdb") as store:
+        (run,) = store.list_runs()
+        (node,) = store.nodes(run["id"])
+        assert node["plan"].endswith(" -- edited in the editor")
+
+
+def test_subprocess_over_pipes(tmp_path):
+    env = {**os.environ, "MK_DB": str(tmp_path / "p.duckdb"), "JAX_PLATFORMS": "cpu"}
+    env.pop("EDITOR", None)
+    proc = subprocess.run([sys.executable, "-m", "mk", *_args(tmp_path)[:-4], "--out", str(tmp_path / "out")],
+                          input="a\nr\n" + "a\n" * 12, capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "running implement again" in proc.stdout and "snapshot: ok" in proc.stdout
+    assert (tmp_path / "out" / "rmsnorm_tpu.py").exists()
+    with Store.open(tmp_path / "p.duckdb") as store:
+        (run,) = store.list_runs()
+        assert run["mode"] == "hitl" and run["status"] == "correct"

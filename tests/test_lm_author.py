@@ -1,0 +1,240 @@
+"""LMAuthor: the DSPy sub-agents driving Auto, offline with a scripted LM (one queue of answers per sub-agent)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+from pathlib import Path
+
+import dspy
+import pytest
+from dspy.clients.cache import Cache
+from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
+from dspy.dsp.utils.settings import DEFAULT_CONFIG
+from dspy.utils.dummies import DummyLM
+
+from mk.author import ANNOUNCEMENT
+from mk.author.adapter import OfflineAuthorAdapter
+from mk.authors import LazyKnowledge, prepare_suite, resolve_author
+from mk.budget import Budget, BudgetMeter
+from mk.candidate import Candidate
+from mk.harness import evaluate
+from mk.lm import Accountant, accounted
+from mk.loaders import load_task
+from mk.programs.auto import Auto, Context, Snapshot
+from mk.programs.lm_author import LMAuthor, hardware_brief, synthesize_cases, task_brief
+from mk.store import Store
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+PLAN = {"approach": "jax", "strategy": "Compute the mean of squares in f32 and scale in one fused pass over x.",
+        "tiling": {}, "memory_placement": "", "pipelining": "", "expected_speedup": 1.2, "risks": ["bf16 rounding"]}
+# a trace-time shape error: the harness reports a compile error and the fixer gets the traceback
+BROKEN = '''
+import jax
+import jax.numpy as jnp
+
+
+def kernel(x, weight, eps):
+    x32 = x.astype(jnp.float32)
+    ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    return (x32 * jax.lax.rsqrt(ms + eps) @ weight[:3]).astype(x.dtype)
+'''
+KERNEL = '''
+import jax
+import jax.numpy as jnp
+
+
+def kernel(x, weight, eps):
+    x32 = x.astype(jnp.float32)
+    ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    return (x32 * jax.lax.rsqrt(ms + eps) * weight).astype(x.dtype)
+'''
+STOP = {"bottleneck": "memory", "evidence": "one read and one write of x; at the memory floor", "next_step": "",
+        "decision": "stop", "expected_gain": 1.0}
+CONTINUE = {"bottleneck": "memory", "evidence": "HBM at 40% of peak", "next_step": "fuse the cast into the load",
+            "decision": "continue", "expected_gain": 1.3}
+
+
+class _ScriptedEngine(DummyEngine):
+    def _complete_messages(self, messages):
+        owner = self.owner
+        asked = re.search(r"starting with the field `\[\[ ## (\w+) ## \]\]`", messages[-1]["content"])
+        field = asked.group(1) if asked else "?"
+        owner.asked.append(field)
+        queue = owner.script.get(field) or [{}]
+        owner.answers = iter([queue.pop(0) if len(queue) > 1 else queue[0]])  # the last answer repeats
+        return super()._complete_messages(messages)
+
+
+class ScriptedLM(DummyLM):
+    """Answers by the output field the prompt asks for first (plan, code, fixed_code, analysis, test_cases)."""
+
+    def __init__(self, script: dict[str, list[dict]]):
+        super().__init__([])
+        self.script = {k: list(v) for k, v in script.items()}
+        self.asked: list[str] = []
+        self._engine_spec = _ScriptedEngine(self)
+        self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
+
+
+class FakeKnowledge:
+    def __init__(self):
+        self.queries: list[str] = []
+
+    def retrieve(self, query: str, k: int = 5) -> str:
+        self.queries.append(query)
+        return "[1] Pallas handbook: fuse elementwise work into the reduction pass (handbook.md#fuse)"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dspy(monkeypatch):
+    monkeypatch.setattr(dspy, "cache", Cache(False, True, None))
+    yield
+    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+
+
+@pytest.fixture(scope="module")
+def task():
+    t = load_task(str(EXAMPLES / "rmsnorm.py"))
+    return t.with_scales({"ci": t.scale("ci")})
+
+
+def script(**overrides):
+    base = {"plan": [{"plan": PLAN}], "code": [{"code": KERNEL, "config_space": {}}],
+            "fixed_code": [{"fixed_code": KERNEL, "explanation": "weight has the hidden size; scale elementwise"}],
+            "analysis": [{"analysis": STOP}],
+            "test_cases": [{"test_cases": [{"name": "ragged", "shapes": [[1, 5, 256], [256]],
+                                            "dtypes": ["bfloat16", "float32"], "rationale": "rows not a multiple of 8"}]}]}
+    base.update(overrides)
+    return ScriptedLM(base)
+
+
+def test_auto_with_lm_author_end_to_end(tmp_path, task):
+    lm = script(code=[{"code": BROKEN, "config_space": {}}])
+    kb = FakeKnowledge()
+    with Store.open(tmp_path / "db.duckdb") as store:
+        meter = BudgetMeter(Budget(max_lm_calls=20))
+        author = LMAuthor(accounted(lm, Accountant(store, budget=meter)), knowledge=kb)
+        auto = Auto(author, target="cpu", iterations=3, store=store, tune=False, budget=meter)
+        traj = auto.start(task)
+        author.bind_run(traj.run_id)
+        while not traj.done:
+            auto.step(traj)
+        best = traj.best
+        assert best is not None and best.correct, [s.summary() for s in traj.snapshots]
+        assert len(traj.snapshots) == 1 and "no further proposals" in traj.stop_reason
+        assert "analyst decided to stop" in author.stop_reason
+        assert "(fixed:" in best.rationale and "memory-bound" in best.feedback
+        # the kernel Auto kept is what the judge accepts on its own
+        res = evaluate(task, Candidate.from_source(best.source), target="cpu", measure=False)
+        assert res.status == "correct", res.reason
+        rows = store.query("select agent, node_id from lm_calls where run_id = ? order by created_at", [traj.run_id])
+        assert [r["agent"] for r in rows] == ["planner", "implementer", "compile_fixer", "profile_analyst"]
+        assert meter.usage().lm_calls == 4
+    assert lm.asked == ["plan", "code", "fixed_code", "analysis"]
+    assert "dot_general requires contracting dimensions" in kb.queries[2]  # passages retrieved for the error
+
+
+def test_a_call_budget_of_one_stops_the_run(tmp_path, task):
+    lm = script()
+    with Store.open(tmp_path / "db.duckdb") as store:
+        author, _ = resolve_author(lm, store=store, budget=BudgetMeter(Budget(max_lm_calls=1)), knowledge=FakeKnowledge())
+        auto = Auto(author, target="cpu", iterations=3, store=store, tune=False, budget=author.meter)
+        traj = auto.start(task)
+        author.bind_run(traj.run_id)
+        while not traj.done:
+            auto.step(traj)
+        assert traj.stop_reason.startswith("budget spent") and "LM-call budget" in traj.stop_reason
+        assert traj.best is None and traj.snapshots == []
+        rows = store.query("select agent from lm_calls where run_id = ?", [traj.run_id])
+        assert [r["agent"] for r in rows] == ["planner"]
+        assert "budget spent" in store.get_run(traj.run_id)["reason"]
+
+
+def test_plan_sees_feedback_history_passages_and_hardware(task):
+    lm = script(plan=[{"plan": PLAN}])
+    kb = FakeKnowledge()
+    author = LMAuthor(accounted(lm, Accountant()), knowledge=kb, seeds=False)
+    snap = Snapshot(1, "lm-jax-1", "r", KERNEL, {}, "incorrect", "case 3 max abs error 0.5", None, None,
+                    failed_phase="test", feedback="memory-bound: HBM at 40%")
+    ctx = Context(task, "tpu", [snap], snap.summary())
+    plan = author.plan(ctx)
+    assert plan.name == "lm-jax-1" and plan.data.approach == "jax" and "fused pass" in plan.text
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    for expected in ("case 3 max abs error 0.5", "HBM at 40%", "Pallas handbook", "VMEM", "rmsnorm", "Roofline floor"):
+        assert expected in prompt, expected
+    assert author.accountant.calls[0].agent == "planner"
+
+
+def test_seeds_come_first_and_analyst_stop_ends_planning(task):
+    lm = script(analysis=[{"analysis": CONTINUE}, {"analysis": STOP}])
+    author = LMAuthor(accounted(lm, Accountant()), knowledge=None)
+    ctx = Context(task, "tpu", [], "")
+    first = author.plan(ctx)  # the offline row-wise template applies to RMSNorm on TPU
+    assert first is not None and author.implement(ctx, first).template != "lm" and lm.asked == []
+    from mk.profile import ProfileReport
+
+    report = ProfileReport(task="rmsnorm", target="tpu", hardware="v6e", measured=False, reason="no TPU here")
+    assert "next: fuse the cast" in author.analyse(ctx, report) and not author.stop_reason
+    assert "analyst: stop" in author.analyse(ctx, report) and author.stop_reason
+    while (p := author.plan(ctx)) is not None:  # remaining seeds only; no LM plan after the stop
+        assert isinstance(p.data, type(first.data))
+    assert "plan" not in lm.asked
+
+
+def test_fixer_that_gives_up_returns_none(task):
+    lm = script(fixed_code=[{"fixed_code": BROKEN, "explanation": "same"}])  # unchanged code is rejected each try
+    author = LMAuthor(accounted(lm, Accountant()), knowledge=None, attempts=2)
+    from mk.author.proposal import Proposal
+
+    assert author.fix(Context(task, "cpu", [], ""), Proposal("p", BROKEN, "r", "lm"), "TypeError: shapes") is None
+    assert lm.asked == ["fixed_code", "fixed_code"]
+
+
+def test_synthesized_cases_become_scales_and_cases(task):
+    cases = [
+        {"name": "ragged", "shapes": [[1, 5, 256], [256]], "dtypes": ["bfloat16", "float32"]},
+        {"name": "huge values", "shapes": [[2, 64, 256], [256]], "dtypes": ["bfloat16", "float32"],
+         "edge_case": "large_magnitude", "seed": 3},
+        {"name": "zeros", "shapes": [[2, 64, 256], [256]], "dtypes": ["bfloat16", "float32"], "edge_case": "zeros",
+         "seed": 4},
+        {"name": "dup", "shapes": [[2, 64, 256], [256]], "dtypes": ["bfloat16", "float32"], "seed": 0},
+    ]
+    lm = ScriptedLM({"test_cases": [{"test_cases": cases}]})
+    syn = synthesize_cases(task, lm)
+    assert syn.task.shapes("syn_ragged") == [(1, 5, 256), (256,)] and "ci" in syn.task.scales
+    assert [(c.scale, c.seed, c.distribution) for c in syn.cases] == [
+        ("syn_ragged", 0, "normal"), ("ci", 3, "wide"), ("ci", 4, "normal")]
+    assert any("zeros" in s for s in syn.skipped) and any("dup" in s for s in syn.skipped)
+
+    author = LMAuthor(accounted(ScriptedLM({"test_cases": [{"test_cases": cases[:1]}]}), Accountant()), knowledge=None)
+    run_task, suite = prepare_suite(author, task, "cpu")
+    assert suite.scales == ("ci", "syn_ragged") and len(suite.for_scale("syn_ragged")) == 1
+    assert author.accountant.calls[0].agent == "test_synthesizer"
+    assert suite.task_fingerprint == run_task.fingerprint() != task.fingerprint()
+
+
+def test_resolve_author_offline_and_lm(monkeypatch, tmp_path, caplog):
+    author, text = resolve_author("offline")
+    assert isinstance(author, OfflineAuthorAdapter) and text == ANNOUNCEMENT
+    author, text = resolve_author(None)  # nothing configured (conftest clears the keys)
+    assert isinstance(author, OfflineAuthorAdapter)
+    author, text = resolve_author(script(), budget=Budget(max_lm_calls=3))
+    assert isinstance(author, LMAuthor) and "dummy" in text and author.name == "lm:dummy"
+    assert author.meter.budget.max_lm_calls == 3 and isinstance(author.knowledge, LazyKnowledge)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with caplog.at_level(logging.WARNING):
+        assert LazyKnowledge(blocker / "kb").retrieve("pallas", 2) == ""
+    assert "without retrieval" in caplog.text
+
+
+def test_prompt_briefs():
+    hw = hardware_brief("tpu")
+    assert "VMEM" in hw and "pallas_call" in hw and "not present here" in hw
+    assert "pure-JAX" in hardware_brief("cpu")
+    t = load_task(str(EXAMPLES / "rmsnorm.py"))
+    brief = task_brief(t, "gpu")
+    assert "def rmsnorm" in brief and "3 positional" in brief and "h200" in brief.lower()
