@@ -1,8 +1,9 @@
 """Causal multi-head attention, (B, H, S, D) layout, bf16.
 
-An mk task module. The offline author has no attention template yet: with no
-model configured `mk optimize` says why it declines; with a model (MK_LM or
-GEMINI_API_KEY) the agents write a flash-attention kernel.
+An mk task module. With no model configured the offline author recognises the
+softmax(q k^T) v pattern and writes a flash-attention Pallas kernel (online
+softmax over key blocks, causal block skipping); with a model (MK_LM or
+GEMINI_API_KEY) the agents plan and write their own.
 """
 
 import jax

@@ -49,11 +49,24 @@ def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = No
     return _resolve(lm, store=store, run_id=run_id, budget=budget)
 
 
+@dataclass
+class Best:
+    """The kept candidate, whichever mode found it."""
+
+    source: str
+    status: str
+    speedup: float | None
+    proposal: str
+    config: dict[str, Any]
+    rationale: str
+
+
 def optimize_task(
     task: Task,
     *,
     target: str = "tpu",
     lm: Any = None,
+    mode: str = "auto",
     iterations: int = 4,
     db: str | Path | None = None,
     out: str | Path | None = None,
@@ -61,67 +74,95 @@ def optimize_task(
     max_trials: int = 6,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
     budget: Any = None,
+    search: dict[str, Any] | None = None,
 ) -> OptimizeReport:
-    """``budget``: a :class:`mk.budget.Budget` (LM calls, cost, wall time) or a BudgetMeter; ``lm``: see resolve_author."""
-    from mk.authors import prepare_suite
+    """Run the main job in ``mode`` ``auto`` (one trajectory) or ``search`` (``search`` holds the
+    SearchConfig fields: algorithm, width, depth, branches, workers ...). ``budget``: a
+    :class:`mk.budget.Budget` or BudgetMeter; ``lm``: see :func:`resolve_author`."""
     from mk.budget import BudgetMeter
-    from mk.programs.auto import Auto
     from mk.store import Store
     from mk.targets import get_target
 
+    if mode not in ("auto", "search"):
+        raise ConfigError(f"unknown mode {mode!r}", hint="use auto or search here; `mk hitl TASK` runs the interactive mode")
     tgt = get_target(target)
     meter = budget if isinstance(budget, BudgetMeter) or budget is None else BudgetMeter(budget)
     with Store.open(db) as store:
         author, announcement = resolve_author(lm, store=store, budget=meter)
         if on_event:
             on_event("author", {"announcement": announcement})
-        store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
-        run_id = store.create_run(task.fingerprint(), "auto", {"target": target, "author": author.name})
-        if hasattr(author, "bind_run"):
-            author.bind_run(run_id)  # the LM calls from here on (test synthesis included) belong to this run
-        run_task, suite = prepare_suite(author, task, target)
-        auto = Auto(author, target=target, iterations=iterations, store=store, tune=tune, max_trials=max_trials,
-                    budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
-        result = auto.run(run_task, suite=suite, run_id=run_id)
+        if mode == "search":
+            outcome = _run_search(task, author, lm, store, target, iterations, tune, max_trials, search or {}, on_event)
+        else:
+            outcome = _run_auto(task, author, store, target, iterations, tune, max_trials, meter, on_event)
+    run_id, suite_hash, best, stop, rows = outcome
     declined = getattr(author, "declined", {})
-    best = result.best
-    kernel_path = report_path = None
-    out_dir = Path(out) if out else Path("mk-out")
-    if best is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        kernel_path = out_dir / f"{task.name}_{target}.py"
-        kernel_path.write_text(_with_provenance(best, task, result.suite_hash, tgt))
-    iterations_info = [
-        {"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
-         "config": s.config, "tuning": s.tuning_note}
-        for s in result.snapshots
-    ]
-    stop = result.stop_reason
-    if not result.snapshots and declined:
+    if not rows and declined:
         stop = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
+    out_dir = Path(out) if out else Path("mk-out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kernel_path = None
+    if best is not None:
+        kernel_path = out_dir / f"{task.name}_{target}.py"
+        kernel_path.write_text(with_provenance(best, task, suite_hash, tgt))
     report = OptimizeReport(
-        status=result.status,
-        run_id=result.run_id,
+        status="correct" if best else "no_correct_candidate",
+        run_id=run_id,
         task=task.name,
         target=target,
-        suite_hash=result.suite_hash,
+        suite_hash=suite_hash,
         kernel_path=str(kernel_path) if kernel_path else None,
-        report_path=None,
+        report_path=str(out_dir / f"{task.name}_{target}.report.json"),
         speedup=best.speedup if best else None,
         stop_reason=stop,
         author=author.name,
         best={"proposal": best.proposal, "config": best.config, "rationale": best.rationale} if best else None,
-        iterations=iterations_info,
+        iterations=rows,
         declined=declined,
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report_path = out_dir / f"{task.name}_{target}.report.json"
-    report.report_path = str(report_path)
-    report_path.write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    Path(report.report_path).write_text(json.dumps(report.to_dict(), indent=2, default=str))
     return report
 
 
-def _with_provenance(best: Any, task: Task, suite_hash: str, target: Any) -> str:
+def _run_auto(task, author, store, target, iterations, tune, max_trials, meter, on_event):
+    from mk.authors import prepare_suite
+    from mk.programs.auto import Auto
+
+    store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
+    run_id = store.create_run(task.fingerprint(), "auto", {"target": target, "author": author.name})
+    if hasattr(author, "bind_run"):
+        author.bind_run(run_id)  # the LM calls from here on (test synthesis included) belong to this run
+    run_task, suite = prepare_suite(author, task, target)
+    auto = Auto(author, target=target, iterations=iterations, store=store, tune=tune, max_trials=max_trials,
+                budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
+    traj = auto.run(run_task, suite=suite, run_id=run_id)
+    b = traj.best
+    best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale) if b else None
+    rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
+             "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]
+    return traj.run_id, traj.suite_hash, best, traj.stop_reason, rows
+
+
+def _run_search(task, author, lm, store, target, iterations, tune, max_trials, options, on_event):
+    from mk.harness.suite import build_suite
+    from mk.programs.search import Search, SearchConfig
+
+    offline = lm in (None, "offline") and author.name == "offline"
+    fields = {"target": target, "iterations": max(1, min(iterations, options.pop("iterations", iterations))), "tune": tune,
+              "max_trials": max_trials, **options}
+    if not offline:
+        fields["workers"] = "inline"  # an LM author holds a live client: it stays in this process
+    config = SearchConfig(**fields)
+    suite = build_suite(task)
+    result = Search("offline" if offline else author, config=config, store=store, on_event=on_event).run(task, suite=suite)
+    n = result.best
+    best = Best(n.code, n.status, n.speedup, n.plan or n.key, {}, n.plan) if n else None
+    rows = [{"node": x.key, "depth": x.depth, "status": x.status, "reason": x.reason, "speedup": x.speedup} for x in result.nodes]
+    return result.run_id, suite.hash, best, result.stop_reason, rows
+
+
+def with_provenance(best: Best, task: Task, suite_hash: str, target: Any) -> str:
+    """The kernel's source with mk's provenance header (and its tuned config as the default)."""
     speed = f"{best.speedup:.3f}x over the reference" if best.speedup is not None else (
         "not measured (no " + target.name.upper() + " device here; correctness ran in " + target.mode() + " mode)")
     device = target.device_kind() or f"none of kind {target.name} (checked on the CPU)"

@@ -13,6 +13,7 @@ how the human-in-the-loop session pauses after each phase.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from dataclasses import dataclass, field
@@ -270,9 +271,18 @@ class Auto:
         a.next_phase = "validate"
         return PhaseResult(phase, a.proposal, True, a.proposal.name)
 
+    def _judge(self, traj: Trajectory) -> Callable[..., EvalResult]:
+        """The harness for the attempt in flight: pure-JAX rewrites are judged without requiring a pallas_call."""
+        from mk.author import PURE_JAX
+
+        proposal = traj.attempt.proposal
+        if proposal is not None and proposal.template in PURE_JAX and self.target != "cpu":
+            return functools.partial(self.evaluate, require_pallas=False)
+        return self.evaluate
+
     def _validate(self, traj: Trajectory) -> PhaseResult:
         a = traj.attempt
-        res = self.evaluate(traj.task, a.candidate, target=self.target, suite=traj.suite.subset(1), measure=False, config={})
+        res = self._judge(traj)(traj.task, a.candidate, target=self.target, suite=traj.suite.subset(1), measure=False, config={})
         a.validation = res
         if res.status == "correct":
             a.next_phase = "test"
@@ -288,7 +298,7 @@ class Auto:
 
     def _test(self, traj: Trajectory) -> PhaseResult:
         a = traj.attempt
-        res = self.evaluate(traj.task, a.candidate, target=self.target, suite=traj.suite, config={})
+        res = self._judge(traj)(traj.task, a.candidate, target=self.target, suite=traj.suite, config={})
         a.test = res
         if res.status != "correct":
             return self._fail(traj, "test", res.status, res.reason, res)
@@ -302,7 +312,7 @@ class Auto:
             a.tuned = TuneResult({}, a.test, [], measured=bool(a.test.timing and a.test.timing.measured), note="not tuned")
             return PhaseResult("autotune", a.tuned, True, "nothing to tune")
         a.tuned = autotune(
-            traj.task, a.candidate, target=self.target, suite=traj.suite, evaluate=self.evaluate, store=self.store,
+            traj.task, a.candidate, target=self.target, suite=traj.suite, evaluate=self._judge(traj), store=self.store,
             study_name=f"{traj.run_id or 'local'}-{a.iteration}-{a.candidate.digest}", run_id=traj.run_id, node_id=a.node_id,
             max_trials=self.max_trials,
             on_trial=lambda t: self.on_event("trial", {"iteration": a.iteration, "params": t.params, "status": t.status, "reason": t.reason}),

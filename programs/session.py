@@ -242,7 +242,7 @@ class Session:
 
     def save(self, path: str | Path) -> Path:
         """Write the best kernel (with mk's provenance header and its tuned config) to ``path``."""
-        from mk.job import _with_provenance
+        from mk.job import with_provenance
         from mk.targets import get_target
 
         best = self.best
@@ -250,7 +250,7 @@ class Session:
             raise ConfigError("this session has no correct kernel to save yet", hint="step further, or edit the code")
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(_with_provenance(best, self.task, self.traj.suite_hash, get_target(self.target)))
+        p.write_text(with_provenance(best, self.task, self.traj.suite_hash, get_target(self.target)))
         return p
 
     # --- display -------------------------------------------------------------------

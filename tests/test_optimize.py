@@ -14,6 +14,7 @@ from mk.harness.evaluate import evaluate
 from mk.loaders import load_task
 from mk.job import optimize, optimize_task
 from mk.store import Store
+from mk.task import ArgSpec, Scale, Task
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -42,10 +43,9 @@ def test_optimize_softmax_tpu_writes_a_kernel_the_judge_accepts(tmp_path, capsys
     assert rows and rows[0]["nodes"] >= 1 and rows[0]["snaps"] >= 1 and rows[0]["trials"] >= 1
 
 
-def test_optimize_declines_attention_with_reason(tmp_path):
-    task = load_task(EXAMPLES / "attention.py")
-    report = optimize_task(task.with_scales({"ci": task.scale("ci")}), target="tpu", lm="offline", db=tmp_path / "db.duckdb",
-                           out=tmp_path / "out", iterations=1)
+def test_optimize_declines_with_reason(tmp_path):
+    task = Task("cumsum", lambda x: jnp.cumsum(x, axis=0), (ArgSpec("x", ("M", "N"), "float32"),), {"ci": Scale("ci", {"M": 16, "N": 128})})
+    report = optimize_task(task, target="tpu", lm="offline", db=tmp_path / "db.duckdb", out=tmp_path / "out", iterations=1)
     assert report.status == "no_correct_candidate"
     assert report.stop_reason.startswith("no rule applies to this task because")
     assert report.kernel_path is None and Path(report.report_path).is_file()
@@ -66,3 +66,16 @@ def test_mk_optimize_callable_runs_best_kernel_and_falls_back(tmp_path):
     saved = fast.save(tmp_path / "k.py")
     assert "def kernel" in saved.read_text()
     assert callable(mk.optimize)
+
+
+def test_optimize_search_mode_writes_best_node(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["optimize", str(EXAMPLES / "softmax.py"), "--mode", "search", "--algorithm", "greedy", "--depth", "1",
+               "--workers", "inline", "--lm", "offline", "--target", "tpu", "--scale", "ci", "--trials", "1",
+               "--db", str(tmp_path / "db.duckdb"), "--out", str(out), "--json"])
+    payload = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and payload["status"] == "correct", payload
+    with Store.open(tmp_path / "db.duckdb") as store:
+        assert store.get_run(payload["run_id"])["mode"] == "search"
+        assert len(store.nodes(payload["run_id"])) >= 1
+    assert "frozen suite" in Path(payload["kernel_path"]).read_text()

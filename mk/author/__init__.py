@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from mk.author import matmul, rowwise
+from mk.author import attention, matmul, rewrites, rowwise
 from mk.author.emit import Unsupported
 from mk.author.proposal import Proposal
 from mk.author.trace import trace_scales
@@ -20,9 +20,17 @@ log = logging.getLogger(__name__)
 
 #: (name, what it covers, module) in the order they are tried
 TEMPLATES = (
+    ("rewrite", "algebraic rewrites in pure JAX on every target (a sum moved before a matmul, dead code, constant "
+     "folding, redundant casts/transposes/reshapes, scalar factors folded, inference-mode dropout removed)", rewrites),
+    ("attention", "flash attention with online softmax over key blocks (causal or not, MHA and GQA)", attention),
     ("matmul", "tiled matmul with the reference's elementwise epilogue fused (bias, scale, residual, clamp, activations)", matmul),
     ("rowwise", "row-wise kernels with whole rows per block (RMSNorm, LayerNorm, softmax, logsumexp, long elementwise chains)", rowwise),
 )
+
+#: pure-JAX templates: the only ones offered for cpu; on tpu/gpu they are judged with require_pallas=False
+#: (Auto does that for any proposal whose template is listed here).
+PURE_JAX = ("rewrite",)
+PURE_JAX_TARGETS = ("cpu", "tpu", "gpu")
 
 ANNOUNCEMENT = "no model configured; using the built-in rule-based author, which covers: " + "; ".join(
     desc for _, desc, _ in TEMPLATES
@@ -44,21 +52,22 @@ class Authored:
 
 
 class OfflineAuthor:
-    """Proposes Pallas candidates for ``tpu``/``gpu`` from the reference's jaxpr."""
+    """Proposes Pallas candidates for ``tpu``/``gpu`` and pure-JAX rewrites (cpu) from the reference's jaxpr."""
 
     name = "offline"
 
     def propose(self, task: Task, target: str) -> Authored:
         out = Authored()
         if target == "cpu":
-            out.declined["all"] = "the cpu target has no Pallas templates (Pallas only interprets on a CPU)"
-            return out
+            out.declined["pallas"] = "the cpu target has no Pallas templates (Pallas only interprets on a CPU)"
         try:
             traced = trace_scales(task)
         except Exception as exc:  # the reference itself failed to trace: report, do not crash
             out.declined["trace"] = f"the reference could not be traced ({type(exc).__name__}: {exc})"
             return out
         for name, _, module in TEMPLATES:
+            if (target not in PURE_JAX_TARGETS) if name in PURE_JAX else (target == "cpu"):
+                continue
             try:
                 out.proposals.append(module.propose(task, traced, target))
             except Unsupported as exc:

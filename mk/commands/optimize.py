@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Any
 
@@ -10,7 +11,13 @@ from typing import Any
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("optimize", help="optimise a task: plan, write, verify, tune and keep the fastest correct kernel")
     p.add_argument("task", help="an mk task module, a MaxKernel task dir, a JAXBench baseline.py or jaxbench:<id>")
-    p.add_argument("--mode", choices=["auto"], default="auto", help="auto: one closed-loop trajectory")
+    p.add_argument("--mode", choices=["auto", "hitl", "search"], default="auto",
+                   help="auto: one closed-loop trajectory; hitl: pause after every phase (as `mk hitl`); search: many trajectories")
+    p.add_argument("--algorithm", choices=["beam", "parallel", "greedy"], default="beam", help="search algorithm (--mode search)")
+    p.add_argument("--width", type=int, default=2, help="search: beam width / number of parallel trajectories")
+    p.add_argument("--depth", type=int, default=2, help="search: levels below the root")
+    p.add_argument("--branches", type=int, default=2, help="search: children per expanded node")
+    p.add_argument("--workers", choices=["process", "inline", "ray"], default="process", help="search: where nodes run")
     p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
     p.add_argument("--target", choices=["tpu", "gpu", "cpu"], default="tpu")
     p.add_argument("--scale", default=None, help="restrict the task to this scale (default: every scale it defines)")
@@ -32,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
     from mk.loaders import load_task
     from mk.job import optimize_task
 
+    if args.mode == "hitl":
+        from mk.commands import hitl
+
+        args.resume = None
+        return hitl.run(args)
     console = Console(stderr=args.json, highlight=False)
     task = load_task(args.task)
     if args.scale:
@@ -46,13 +58,22 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[cyan]iteration {data['iteration']}[/]: {data['name']} — {data['rationale']}")
         elif kind == "trial":
             console.print(f"  trial {data['params']}: {data['status']}" + (f" ({data['reason']})" if data["status"] != "correct" else ""))
+        elif kind == "search":
+            console.print(f"search run {data['run_id']} ({data['algorithm']}; {data['resumed_nodes']} nodes already done)")
+        elif kind == "level":
+            console.print(f"[cyan]depth {data['depth']}[/]: {data['nodes']} node(s)")
+        elif kind == "node":
+            sp = f", speedup {data['speedup']:.2f}x" if data.get("speedup") else ""
+            console.print(f"  node {data['key']}: {data['status']}{sp}")
         elif kind == "snapshot":
             sp = f", speedup {data['speedup']:.2f}x" if data.get("speedup") else ""
             console.print(f"  -> {data['status']}{sp}" + (f": {data['reason']}" if data["status"] != "correct" else ""))
 
-    with console.status("optimising…") if not args.json else _null():
-        report = optimize_task(task, target=args.target, lm=args.lm, iterations=args.iterations, db=args.db, out=args.out,
-                               max_trials=args.trials, on_event=on_event,
+    search = {"algorithm": args.algorithm, "width": args.width, "depth": args.depth, "branches": args.branches,
+              "workers": args.workers}
+    with console.status("optimising…") if not args.json else contextlib.nullcontext():
+        report = optimize_task(task, target=args.target, lm=args.lm, mode=args.mode, iterations=args.iterations, db=args.db,
+                               out=args.out, max_trials=args.trials, on_event=on_event, search=search,
                                budget=Budget(args.budget_calls, args.budget_cost, args.budget_time))
     if args.json:
         print(json.dumps({"status": report.status, "run_id": report.run_id, "kernel_path": report.kernel_path,
@@ -64,10 +85,3 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"kernel: {report.kernel_path}  speedup: {speed}  report: {report.report_path}  run: {report.run_id}")
     return 0 if report.status == "correct" else 1
 
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None

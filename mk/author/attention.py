@@ -1,0 +1,256 @@
+"""Flash-attention template: ``softmax(q k^T * scale [+ causal mask]) v`` with online softmax.
+
+Recognised in the reference's jaxpr: exactly two batched products with a row
+softmax (``reduce_max``, ``exp``, ``reduce_sum``) between them, batch dims
+(B, H). The layout of q/k/v/out is read from the transposes around the
+products; k/v with fewer heads than q is grouped-query attention (query head
+``h`` reads kv head ``h // group``). The scale is the product of the scalar
+factors on the scores; causality is checked by probing the reference (a
+change to the last key must not move the first query's output). The kernel
+(Pallas TPU) walks key blocks with a running max and sum in VMEM and skips
+key blocks entirely above the diagonal when causal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mk.author.emit import Unsupported
+from mk.author.ir import Op, Program, Val, from_jaxpr
+from mk.author.proposal import Proposal
+from mk.author.trace import Traced
+from mk.task import Task
+
+
+@dataclass(frozen=True)
+class AttentionPattern:
+    q: int  # task input indices
+    k: int
+    v: int
+    layout: tuple[int, int, int, int]  # input axes holding (batch, head, seq, head_dim)
+    out_layout: tuple[int, int, int, int]  # output axis i holds (batch, head, seq, head_dim)[out_layout[i]]
+    scale: float
+    group: int  # query heads per kv head (1: MHA)
+
+
+def _back(v: Val, prod: dict[int, Op]) -> tuple[Val, tuple[int, ...] | None, bool]:
+    """Follow casts/transposes (and a GQA head expansion) back to an input.
+
+    Returns (input, perm, expanded): value axis i is input axis perm[i]; perm is None after an expansion."""
+    perm: tuple[int, ...] | None = tuple(range(len(v.shape)))
+    expanded = False
+    while v.arg is None:
+        op = prod.get(id(v))
+        if op is None:
+            raise Unsupported("an attention operand is not computed from an input")
+        if op.prim == "convert_element_type":
+            pass
+        elif op.prim == "transpose":
+            inner = tuple(op.params["permutation"])
+            perm = None if perm is None else tuple(inner[i] for i in perm)
+        elif op.prim in ("broadcast_in_dim", "reshape"):
+            expanded, perm = True, None
+        else:
+            raise Unsupported(f"an attention operand is computed by {op.prim!r}")
+        v = op.ins[0]
+    return v, perm, expanded
+
+
+def recognise(prog: Program) -> AttentionPattern:
+    dots = [op for op in prog.ops if op.prim == "dot_general"]
+    if len(dots) != 2:
+        raise Unsupported(f"attention needs exactly two matrix products, found {len(dots)}")
+    d1, d2 = dots
+    i1, i2 = prog.ops.index(d1), prog.ops.index(d2)
+    between = {op.prim for op in prog.ops[i1 + 1:i2]}
+    if not {"exp", "reduce_max", "reduce_sum"} <= between:
+        raise Unsupported("no row softmax between the two products")
+    (lc1, rc1), (lb1, rb1) = d1.params["dimension_numbers"]
+    (lc2, rc2), (lb2, rb2) = d2.params["dimension_numbers"]
+    if len(lb1) != 2 or len(lc1) != 1 or len(lb2) != 2 or len(lc2) != 1 or len(d1.out.shape) != 4:
+        raise Unsupported("the products are not (batch, head)-batched single contractions")
+    prod = prog.producers()
+    q, qperm, qexp = _back(d1.ins[0], prod)
+    k, _, _ = _back(d1.ins[1], prod)
+    try:
+        v, _, _ = _back(d2.ins[1], prod)
+        v_lhs = False
+    except Unsupported:  # the product was written v-first: (b, h, d, q)
+        v, _, _ = _back(d2.ins[0], prod)
+        v_lhs = True
+    if qexp or qperm is None or len({q.arg, k.arg, v.arg}) != 3:
+        raise Unsupported("the query is not a (transposed) input, or q/k/v are not three distinct inputs")
+    lfree = [i for i in range(4) if i not in lc1 and i not in lb1]
+    roles = (qperm[lb1[0]], qperm[lb1[1]], qperm[lfree[0]], qperm[lc1[0]])
+    if k.shape != v.shape or len(k.shape) != 4:
+        raise Unsupported("k and v differ in shape")
+    B, H, S, D = (q.shape[r] for r in roles)
+    kb, kh, ks, kd = (k.shape[r] for r in roles)
+    if kb != B or kd != D or kh == 0 or H % kh:
+        raise Unsupported(f"k/v of shape {k.shape} do not match q {q.shape} in the same layout")
+    scale = 1.0
+    for op in prog.ops[i1 + 1:i2]:
+        if op.prim in ("mul", "div") and len(op.ins) == 2 and op.ins[1].is_const and op.ins[1].shape == () \
+                and op.ins[0].shape == d1.out.shape:
+            scale = scale * float(op.ins[1].const) if op.prim == "mul" else scale / float(op.ins[1].const)
+        elif op.prim == "mul" and op.ins[0].is_const and op.ins[0].shape == () and op.ins[1].shape == d1.out.shape:
+            scale *= float(op.ins[0].const)
+    out = prog.outs[0]
+    if len(prog.outs) != 1 or len(out.shape) != 4:
+        raise Unsupported("attention writes one 4-D output")
+    operm = tuple(range(4))
+    cur = out
+    while id(cur) in prod and prod[id(cur)] is not d2:
+        op = prod[id(cur)]
+        if op.prim == "transpose":
+            inner = tuple(op.params["permutation"])
+            operm = tuple(inner[i] for i in operm)
+        elif op.prim != "convert_element_type":
+            raise Unsupported(f"the attention output is post-processed by {op.prim!r}")
+        cur = op.ins[0]
+    # d2's output axes are (batch, head) then the lhs's free axis then the rhs's
+    d2_roles = (0, 1, 3, 2) if v_lhs else (0, 1, 2, 3)
+    return AttentionPattern(q.arg, k.arg, v.arg, roles, tuple(d2_roles[i] for i in operm), scale, H // kh)
+
+
+def _causal(task: Task, scale_name: str, pat: AttentionPattern) -> bool:
+    """True when the first query never sees the last key (probing the reference)."""
+    import jax
+
+    xs = [np.asarray(x) for x in task.make_inputs(scale_name, 7, "normal")]
+    ref = jax.jit(task.bind(task.reference, scale_name))
+    base = np.asarray(ref(*xs), np.float32)
+    seq = pat.layout[2]
+    for i in (pat.k, pat.v):
+        idx = [slice(None)] * 4
+        idx[seq] = -1
+        xs[i] = xs[i].copy()
+        xs[i][tuple(idx)] = xs[i][tuple(idx)] * 3 + 1
+    moved = np.asarray(ref(*xs), np.float32)
+    oq = pat.out_layout.index(2)
+    first = [slice(None)] * 4
+    first[oq] = 0
+    last = list(first)
+    last[oq] = -1
+    if np.array_equal(base[tuple(last)], moved[tuple(last)]):
+        raise Unsupported("the output does not depend on the last key: not softmax attention over all keys")
+    return bool(np.array_equal(base[tuple(first)], moved[tuple(first)]))
+
+
+def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
+    if target != "tpu":
+        raise Unsupported("the flash-attention template has a Pallas TPU kernel only (no GPU variant yet)")
+    t0 = traced[0]
+    pat = recognise(from_jaxpr(t0.jaxpr))
+    for t in traced[1:]:
+        other = recognise(from_jaxpr(t.jaxpr))
+        if (other.layout, other.out_layout, other.q, other.k, other.v) != (pat.layout, pat.out_layout, pat.q, pat.k, pat.v):
+            raise Unsupported("the attention layout changes between scales")
+    causal = _causal(task, t0.scale, pat)
+    prog = from_jaxpr(t0.jaxpr)
+    dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
+    if not causal and any(op.prim == "select_n" for op in prog.ops[dots[0]:dots[1]]):
+        raise Unsupported("the scores are masked, but not causally: the template has no general mask")
+    D = t0.shapes[pat.q][pat.layout[3]]
+    scale_expr = "head_dim ** -0.5" if math.isclose(pat.scale, D**-0.5, rel_tol=1e-2) else repr(pat.scale)
+    S = t0.shapes[pat.q][pat.layout[2]]
+    opts = [b for b in (128, 256, 512) if S % b == 0] or [S]
+    space = {"block_q": opts, "block_k": opts}
+    return Proposal(
+        name="flash-attention-tpu",
+        source=_render(task, pat, causal, scale_expr, space),
+        rationale=f"flash attention ({'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale "
+        f"{scale_expr}): online softmax over key blocks, scores never leave VMEM"
+        + ("; key blocks above the diagonal skipped" if causal else ""),
+        template="attention",
+    )
+
+
+def _render(task: Task, pat: AttentionPattern, causal: bool, scale_expr: str, space: dict[str, list[int]]) -> str:
+    n = len(task.args)
+    sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
+    to_bhsd = pat.layout
+    from_bhsd = pat.out_layout
+    return f'''"""mk offline author: flash attention for {task.name} (target tpu, {'causal' if causal else 'non-causal'}).
+
+Online softmax over key blocks; running max/sum and the output accumulator stay in VMEM.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+CONFIG_SPACE = {space!r}
+CAUSAL = {causal}
+_MASKED = -1e30
+
+
+def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block_q, block_k, nk):
+    qi, ki = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(ki == 0)
+    def _init():
+        m_ref[...] = jnp.full(m_ref.shape, _MASKED, jnp.float32)
+        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    def _step():
+        q = q_ref[0, 0]
+        k = k_ref[0, 0]
+        v = v_ref[0, 0]
+        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
+        if CAUSAL:
+            rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
+            cols = ki * block_k + lax.broadcasted_iota(jnp.int32, s.shape, 1)
+            s = jnp.where(cols <= rows, s, _MASKED)
+        m_prev = m_ref[...]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+        alpha = jnp.exp(m_prev - m_new)
+        p = jnp.exp(s - m_new)
+        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
+        acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(
+            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        m_ref[...] = m_new
+
+    if CAUSAL:
+        pl.when(ki * block_k <= qi * block_q + block_q - 1)(_step)
+    else:
+        _step()
+
+    @pl.when(ki == nk - 1)
+    def _done():
+        o_ref[0, 0] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+
+
+def kernel({sig}, *, block_q={space["block_q"][-1]}, block_k={space["block_k"][-1]}):
+    ins = [{", ".join(f"a{i}" for i in range(n))}]
+    q, k, v = (jnp.transpose(ins[i], {to_bhsd!r}) for i in ({pat.q}, {pat.k}, {pat.v}))
+    batch, heads, seq, head_dim = q.shape
+    kv_heads, kv_seq = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    block_q = block_q if seq % block_q == 0 else seq
+    block_k = block_k if kv_seq % block_k == 0 else kv_seq
+    nk = kv_seq // block_k
+    scale = {scale_expr}
+    out = pl.pallas_call(
+        functools.partial(_kernel, scale=scale, block_q=block_q, block_k=block_k, nk=nk),
+        grid=(batch, heads, seq // block_q, nk),
+        in_specs=[
+            pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
+            pl.BlockSpec((1, 1, block_k, head_dim), lambda b, h, i, j: (b, h // group, j, 0)),
+            pl.BlockSpec((1, 1, block_k, head_dim), lambda b, h, i, j: (b, h // group, j, 0)),
+        ],
+        out_specs=pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
+                        pltpu.VMEM((block_q, head_dim), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+    )(q, k, v)
+    return jnp.transpose(out, {from_bhsd!r})
+'''

@@ -1,0 +1,284 @@
+"""A small whole-array IR of a jaxpr, for algebraic rewrites, and its source.
+
+:func:`from_jaxpr` flattens a traced reference (nested ``jit`` /
+``custom_jvp`` calls inlined) into a list of :class:`Op` over SSA
+:class:`Val` values; scalar literals and values known to be filled with one
+number carry it in ``Val.const``. :func:`render` writes a rewritten program
+back as plain ``jnp``/``lax`` source over whole arrays. It shares the
+primitive tables of :mod:`mk.author.emit`; shapes and constants that differ
+between the task's scales are written as expressions over the inputs' dims, so
+the source is correct for shapes it was never traced at.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mk.author.emit import _BINARY, _INLINE, _REDUCE, _UNARY, Unsupported, dtype_expr
+from mk.author.trace import Traced, _find_expr
+
+#: elementwise primitives (output shape = broadcast of the inputs)
+ELEMENTWISE = frozenset(_UNARY) | frozenset(_BINARY) | {
+    "integer_pow", "convert_element_type", "select_n", "clamp", "reduce_precision"}
+
+
+@dataclass(eq=False)
+class Val:
+    """One SSA value. ``const`` set: every element equals it. ``arg``: the task input index."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    const: Any = None
+    arg: int | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(eq=False)
+class Op:
+    prim: str
+    ins: list[Val]
+    params: dict[str, Any]
+    out: Val
+    bind: Any = None  # the jax Primitive, for folding constants
+
+
+@dataclass
+class Program:
+    args: list[Val]
+    ops: list[Op]
+    outs: list[Val]
+    fired: list[str] = field(default_factory=list)  # names of the rewrites applied
+
+    def uses(self) -> dict[int, int]:
+        n: dict[int, int] = {}
+        for op in self.ops:
+            for v in op.ins:
+                n[id(v)] = n.get(id(v), 0) + 1
+        for v in self.outs:
+            n[id(v)] = n.get(id(v), 0) + 2  # an output is never "single use"
+        return n
+
+    def producers(self) -> dict[int, Op]:
+        return {id(op.out): op for op in self.ops}
+
+    def cost(self) -> float:
+        """A rough work estimate: flops of products and reductions, elements written otherwise."""
+        total = 0.0
+        for op in self.ops:
+            if op.prim == "dot_general":
+                (lc, _), _ = op.params["dimension_numbers"]
+                k = math.prod(op.ins[0].shape[a] for a in lc)
+                total += 2.0 * op.out.size * k
+            elif op.prim.startswith("reduce_") or op.prim.startswith("arg"):
+                total += op.ins[0].size
+            else:
+                total += op.out.size
+        return total
+
+
+def const_val(value: Any, shape: tuple[int, ...], dtype: Any) -> Val:
+    return Val(tuple(shape), np.dtype(dtype), const=np.asarray(value, dtype=np.dtype(dtype)).item())
+
+
+def from_jaxpr(closed: Any) -> Program:
+    """Flatten a ClosedJaxpr into a Program; raises Unsupported for what it cannot represent."""
+    jaxpr = closed.jaxpr
+    env: dict[Any, Val] = {}
+    args = []
+    for i, v in enumerate(jaxpr.invars):
+        val = Val(tuple(v.aval.shape), np.dtype(v.aval.dtype), arg=i)
+        env[v] = val
+        args.append(val)
+    _bind_consts(jaxpr.constvars, closed.consts, env)
+    ops: list[Op] = []
+    _flatten(jaxpr, env, ops)
+    outs = [_read(env, v) for v in jaxpr.outvars]
+    return Program(args, ops, outs)
+
+
+def _bind_consts(constvars: Any, consts: Any, env: dict[Any, Val]) -> None:
+    for v, c in zip(constvars, consts):
+        arr = np.asarray(c)
+        flat = arr.reshape(-1)
+        if flat.size == 0 or not np.all(flat == flat[0]):
+            raise Unsupported("the computation closes over a non-uniform array constant")
+        env[v] = const_val(flat[0], arr.shape, arr.dtype)
+
+
+def _read(env: dict[Any, Val], atom: Any) -> Val:
+    from jax._src.core import Literal
+
+    if isinstance(atom, Literal):
+        arr = np.asarray(atom.val)
+        if arr.shape != ():
+            flat = arr.reshape(-1)
+            if not np.all(flat == flat[0]):
+                raise Unsupported("a non-uniform array constant is baked into the computation")
+            return const_val(flat[0], arr.shape, atom.aval.dtype)
+        return const_val(arr.item(), (), atom.aval.dtype)
+    if atom not in env:
+        raise Unsupported("the computation reads a value it does not define")
+    return env[atom]
+
+
+def _flatten(jaxpr: Any, env: dict[Any, Val], ops: list[Op]) -> None:
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        ins = [_read(env, a) for a in eqn.invars]
+        if name in _INLINE:
+            p = eqn.params
+            sub = p.get("jaxpr") or p.get("call_jaxpr") or p.get("fun_jaxpr")
+            if sub is None:
+                raise Unsupported(f"cannot inline {name!r}")
+            inner = getattr(sub, "jaxpr", sub)
+            _bind_consts(inner.constvars, getattr(sub, "consts", ()), env)
+            for v, val in zip(inner.invars, ins):
+                env[v] = val
+            _flatten(inner, env, ops)
+            for outer, v in zip(eqn.outvars, inner.outvars):
+                env[outer] = _read(env, v)
+            continue
+        if len(eqn.outvars) != 1:
+            raise Unsupported(f"primitive {name!r} with several outputs")
+        o = eqn.outvars[0]
+        out = Val(tuple(o.aval.shape), np.dtype(o.aval.dtype))
+        params = dict(eqn.params)
+        if name in ("squeeze", "expand_dims"):  # one shape-changing form: reshape
+            name, params = "reshape", {"new_sizes": out.shape, "dimensions": None}
+        ops.append(Op(name, ins, params, out, eqn.primitive))
+        env[o] = out
+
+
+# --- source ------------------------------------------------------------------------------------------
+
+
+class _Dims:
+    """Writes shapes and constants that vary between scales as expressions over the inputs' dims."""
+
+    def __init__(self, traced: list[Traced]):
+        self.traced = traced
+        self.shapes = [t.shapes for t in traced]
+
+    def dim(self, values: list[int]) -> str:
+        if all(v == 1 for v in values):
+            return "1"
+        for i, shape in enumerate(self.shapes[0]):
+            for j in range(len(shape)):
+                if all(len(s[i]) == len(shape) and s[i][j] == v for s, v in zip(self.shapes, values)):
+                    return f"a{i}.shape[{j}]"
+        cands = [(i, j) for i, s in enumerate(self.shapes[0]) for j in range(len(s))]
+        for x in range(len(cands)):
+            for y in range(x, len(cands)):
+                (i1, j1), (i2, j2) = cands[x], cands[y]
+                if all(s[i1][j1] * s[i2][j2] == v for s, v in zip(self.shapes, values)):
+                    return f"a{i1}.shape[{j1}] * a{i2}.shape[{j2}]"
+        if all(v == values[0] for v in values):
+            return str(values[0])
+        raise Unsupported(f"a dimension ({values}) is not a function of the inputs' dims")
+
+    def shape(self, shapes: list[tuple[int, ...]]) -> str:
+        parts = [self.dim([s[k] for s in shapes]) for k in range(len(shapes[0]))]
+        return f"({parts[0]},)" if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+
+    def number(self, values: list[Any], dtype: np.dtype) -> str:
+        v0 = values[0]
+        if all(v == v0 or (isinstance(v, float) and math.isnan(v) and math.isnan(v0)) for v in values):
+            if isinstance(v0, float) and not np.isfinite(v0):
+                return f'float("{v0}")'
+            return repr(v0)
+        expr = _find_expr([float(v) for v in values], self.traced, 0)
+        if expr is None:
+            raise Unsupported(f"a constant changes between scales ({values}) and is not a function of an input dim")
+        return expr
+
+
+def render(programs: list[Program], traced: list[Traced]) -> tuple[list[str], list[str]]:
+    """Source lines computing the program's outputs from ``a0, a1, ...`` (one program per scale)."""
+    p0 = programs[0]
+    for p in programs[1:]:
+        if [o.prim for o in p.ops] != [o.prim for o in p0.ops] or len(p.outs) != len(p0.outs):
+            raise Unsupported("the rewritten computation's structure changes between scales")
+    dims = _Dims(traced)
+    names: dict[int, str] = {id(v): f"a{v.arg}" for v in p0.args}
+    lines: list[str] = []
+
+    def ref(vals: list[Val]) -> str:
+        v = vals[0]
+        if v.is_const:
+            num = dims.number([x.const for x in vals], v.dtype)
+            if v.shape == ():
+                return f"jnp.asarray({num}, {dtype_expr(v.dtype)})"
+            return f"jnp.full({dims.shape([x.shape for x in vals])}, {num}, {dtype_expr(v.dtype)})"
+        return names[id(v)]
+
+    for k, op in enumerate(p0.ops):
+        peers = [p.ops[k] for p in programs]
+        ins = [ref([q.ins[j] for q in peers]) for j in range(len(op.ins))]
+        shape = dims.shape([q.out.shape for q in peers])
+        expr = _expr(op, ins, shape)
+        name = f"v{k}"
+        lines.append(f"{name} = {expr}")
+        names[id(op.out)] = name
+    outs = [ref([p.outs[j] for p in programs]) for j in range(len(p0.outs))]
+    return lines, outs
+
+
+def _expr(op: Op, ins: list[str], shape: str) -> str:
+    p = op.params
+    prim = op.prim
+    if prim in _UNARY:
+        return _UNARY[prim].format(ins[0])
+    if prim in _BINARY:
+        return _BINARY[prim].format(ins[0], ins[1])
+    if prim == "integer_pow":
+        return f"lax.integer_pow({ins[0]}, {int(p['y'])})"
+    if prim == "convert_element_type":
+        return f"jnp.asarray({ins[0]}).astype({dtype_expr(p['new_dtype'])})"
+    if prim == "select_n":
+        if len(ins) == 3:
+            return f"jnp.where({ins[0]}, {ins[2]}, {ins[1]})"
+        return f"lax.select_n({', '.join(ins)})"
+    if prim == "clamp":
+        return f"jnp.clip({ins[1]}, {ins[0]}, {ins[2]})"
+    if prim == "reduce_precision":
+        return f"lax.reduce_precision({ins[0]}, {p['exponent_bits']}, {p['mantissa_bits']})"
+    if prim in _REDUCE:
+        if prim in ("argmax", "argmin"):
+            return f"{_REDUCE[prim]}({ins[0]}, axis={p['axes'][0]}).astype({dtype_expr(p['index_dtype'])})"
+        return f"{_REDUCE[prim]}({ins[0]}, axis={tuple(p['axes'])!r})"
+    if prim == "broadcast_in_dim":
+        return f"lax.broadcast_in_dim({ins[0]}, {shape}, {tuple(p['broadcast_dimensions'])!r})"
+    if prim == "reshape":
+        return f"jnp.reshape({ins[0]}, {shape})"
+    if prim == "transpose":
+        return f"jnp.transpose({ins[0]}, {tuple(p['permutation'])!r})"
+    if prim == "iota":
+        return f"lax.broadcasted_iota({dtype_expr(p['dtype'])}, {shape}, {int(p['dimension'])})"
+    if prim == "dot_general":
+        (lc, rc), (lb, rb) = p["dimension_numbers"]
+        dn = f"(({tuple(lc)!r}, {tuple(rc)!r}), ({tuple(lb)!r}, {tuple(rb)!r}))"
+        pet = p.get("preferred_element_type")
+        return (f"lax.dot_general({ins[0]}, {ins[1]}, {dn}, precision={_precision(p.get('precision'))}, "
+                f"preferred_element_type={dtype_expr(pet) if pet is not None else 'None'})")
+    raise Unsupported(f"primitive {prim!r} has no whole-array form in mk's rewriter")
+
+
+def _precision(prec: Any) -> str:
+    if prec is None:
+        return "None"
+    if isinstance(prec, tuple):
+        if all(x is None for x in prec):
+            return "None"
+        return "(" + ", ".join(f"lax.Precision.{getattr(x, 'name', 'DEFAULT')}" for x in prec) + ")"
+    return f"lax.Precision.{getattr(prec, 'name', 'DEFAULT')}"
