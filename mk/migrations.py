@@ -237,3 +237,43 @@ def m008_optuna_journal(conn: duckdb.DuckDBPyConnection) -> None:
             PRIMARY KEY (journal, log_number)
         )"""
     )
+
+
+@migration
+def m009_bench(conn: duckdb.DuckDBPyConnection) -> None:
+    """Benchmark runs (``mk bench``): one ``bench_runs`` row per invocation, with each
+    method's metrics, and one ``bench_results`` row per (method, task)."""
+    conn.execute(
+        """CREATE TABLE bench_runs (
+            id VARCHAR PRIMARY KEY,
+            suite VARCHAR NOT NULL,
+            target VARCHAR NOT NULL,
+            scale VARCHAR,
+            methods JSON,
+            author VARCHAR,
+            config JSON,
+            metrics JSON,
+            status VARCHAR NOT NULL,
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE bench_results (
+            bench_id VARCHAR NOT NULL,
+            method VARCHAR NOT NULL,
+            task VARCHAR NOT NULL,
+            task_fingerprint VARCHAR,
+            run_id VARCHAR,
+            status VARCHAR NOT NULL,
+            reason VARCHAR,
+            compiled BOOLEAN NOT NULL,
+            correct BOOLEAN NOT NULL,
+            speedup DOUBLE,
+            candidates INTEGER NOT NULL,
+            progress JSON,
+            seconds DOUBLE,
+            created_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (bench_id, method, task)
+        )"""
+    )

@@ -220,6 +220,11 @@ class LMAuthor:
         self._lm_plans = 0
 
     # --- run plumbing ----------------------------------------------------------------
+    def fork(self) -> "LMAuthor":
+        """A fresh author for another trajectory (a search node): same LM, accounting and knowledge, new state."""
+        return LMAuthor(self.lm, knowledge=self.knowledge, k=self.k, seeds=self.seeds, synthesize_tests=self.synthesize_tests,
+                        attempts=self.attempts, model=self.model)
+
     @property
     def accountant(self) -> Any:
         return getattr(self.lm, "_mk_accountant", None)

@@ -267,7 +267,8 @@ class Search:
         nodes = [NodeRecord.from_row(r) for r in store.nodes(run_id)]
         best = best_node(nodes)
         reason = f"{cfg.algorithm} search finished: {len(nodes)} nodes" + (
-            f"; best: node {best.key} ({best.plan or best.plans[:1]}, speedup {best.speedup})" if best else "; no correct candidate")
+            f"; best: node {best.key} ({best.plan or best.plans[:1]}, "
+            f"{f'speedup {best.speedup:.2f}x' if best.speedup is not None else 'speedup not measured'})" if best else "; no correct candidate")
         store.finish_run(run_id, "correct" if best else "no_correct_candidate", reason)
         return SearchResult(run_id, cfg, nodes, reason)
 

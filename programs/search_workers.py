@@ -53,7 +53,8 @@ def author_spec(author: Any) -> str | None:
 
 
 def make_author(author: Any) -> Any:
-    """An Author from a spec (``"offline"`` or ``"module:Factory"``), a factory (class or function), or an instance (copied)."""
+    """An Author from a spec (``"offline"`` or ``"module:Factory"``), a factory (class or function), or an instance
+    (its ``fork()`` where it has one, else a deep copy)."""
     if isinstance(author, str):
         if author == "offline":
             from mk.author.adapter import OfflineAuthorAdapter
@@ -73,6 +74,8 @@ def make_author(author: Any) -> Any:
         return obj()
     if isinstance(author, type) or (callable(author) and not hasattr(author, "plan")):
         return author()
+    if hasattr(author, "fork"):  # authors holding live resources (an LM client, a store) know how to start afresh
+        return author.fork()
     return copy.deepcopy(author)
 
 

@@ -97,7 +97,7 @@ def docstring_sections() -> list[Section]:
         try:
             mod = importlib.import_module(mod_name)
         except Exception as err:  # an optional backend may not import (e.g. Mosaic GPU needs absl)
-            log.warning("knowledge store: skipping docstrings of %s (%s: %s)", mod_name, type(err).__name__, err)
+            log.info("knowledge store: skipping docstrings of %s (%s: %s)", mod_name, type(err).__name__, err)
             continue
         names = getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]
         for name in sorted(names):

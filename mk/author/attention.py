@@ -140,15 +140,44 @@ def _causal(task: Task, scale_name: str, pat: AttentionPattern) -> bool:
     return bool(np.array_equal(base[tuple(first)], moved[tuple(first)]))
 
 
+#: Triton block options: powers of two (Triton needs them) and >= 16 (its smallest dot)
+_GPU_BLOCKS = (16, 32, 64, 128)
+_TPU_BLOCKS = (128, 256, 512)
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _gpu_blocks(traced: list[Traced], pat: AttentionPattern) -> list[int]:
+    """The power-of-two block sizes that divide every scale's query and key sequences."""
+    opts = list(_GPU_BLOCKS)
+    for t in traced:
+        q_shape, k_shape = t.shapes[pat.q], t.shapes[pat.k]
+        D = q_shape[pat.layout[3]]
+        if not _pow2(D) or D < 16:
+            raise Unsupported(f"head_dim {D} at scale {t.scale!r} is not a power of two >= 16: Triton blocks must be")
+        for what, n in (("query", q_shape[pat.layout[2]]), ("key", k_shape[pat.layout[2]])):
+            if not _pow2(n) and n % _GPU_BLOCKS[-1]:
+                raise Unsupported(f"the {what} sequence {n} at scale {t.scale!r} is neither a power of two nor a "
+                                  f"multiple of {_GPU_BLOCKS[-1]}: Triton blocks must be powers of two that divide it")
+            opts = [b for b in opts if n % b == 0]
+    if not opts:
+        raise Unsupported("no power-of-two block >= 16 divides every scale's sequence length")
+    return opts[-3:]
+
+
 def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
-    if target != "tpu":
-        raise Unsupported("the flash-attention template has a Pallas TPU kernel only (no GPU variant yet)")
+    if target not in ("tpu", "gpu"):
+        raise Unsupported(f"the flash-attention template writes Pallas TPU and GPU (Triton) kernels, not {target!r}")
     t0 = traced[0]
     pat = recognise(from_jaxpr(t0.jaxpr))
     for t in traced[1:]:
         other = recognise(from_jaxpr(t.jaxpr))
         if (other.layout, other.out_layout, other.q, other.k, other.v) != (pat.layout, pat.out_layout, pat.q, pat.k, pat.v):
             raise Unsupported("the attention layout changes between scales")
+    if target == "gpu":
+        opts = _gpu_blocks(traced, pat)
     causal = _causal(task, t0.scale, pat)
     prog = from_jaxpr(t0.jaxpr)
     dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
@@ -156,14 +185,24 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         raise Unsupported("the scores are masked, but not causally: the template has no general mask")
     D = t0.shapes[pat.q][pat.layout[3]]
     scale_expr = "head_dim ** -0.5" if math.isclose(pat.scale, D**-0.5, rel_tol=1e-2) else repr(pat.scale)
+    kind = f"{'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale {scale_expr}"
+    if target == "gpu":
+        space = {"block_q": opts, "block_k": opts, "num_warps": [4, 8]}
+        return Proposal(
+            name="flash-attention-gpu",
+            source=_render_gpu(task, pat, causal, scale_expr, space),
+            rationale=f"flash attention ({kind}), Pallas Triton: one program per (batch*head, query block) loops over "
+            "key blocks with an online softmax in registers (f32 accumulator)"
+            + ("; the loop stops at the diagonal and only diagonal blocks are masked" if causal else ""),
+            template="attention",
+        )
     S = t0.shapes[pat.q][pat.layout[2]]
-    opts = [b for b in (128, 256, 512) if S % b == 0] or [S]
-    space = {"block_q": opts, "block_k": opts}
+    tpu_opts = [b for b in _TPU_BLOCKS if S % b == 0] or [S]
+    space = {"block_q": tpu_opts, "block_k": tpu_opts}
     return Proposal(
         name="flash-attention-tpu",
         source=_render(task, pat, causal, scale_expr, space),
-        rationale=f"flash attention ({'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale "
-        f"{scale_expr}): online softmax over key blocks, scores never leave VMEM"
+        rationale=f"flash attention ({kind}): online softmax over key blocks, scores never leave VMEM"
         + ("; key blocks above the diagonal skipped" if causal else ""),
         template="attention",
     )
@@ -253,4 +292,91 @@ def kernel({sig}, *, block_q={space["block_q"][-1]}, block_k={space["block_k"][-
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
     )(q, k, v)
     return jnp.transpose(out, {from_bhsd!r})
+'''
+
+
+def _render_gpu(task: Task, pat: AttentionPattern, causal: bool, scale_expr: str, space: dict[str, list[int]]) -> str:
+    n = len(task.args)
+    sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
+    block_k = 64 if 64 in space["block_k"] else space["block_k"][-1]
+    return f'''"""mk offline author: flash attention for {task.name} (target gpu, Pallas Triton, {'causal' if causal else 'non-causal'}).
+
+One program per (batch*head, query block); it loops over key blocks with lax.fori_loop, keeping the running
+max, running sum and f32 accumulator in registers. Block sizes are powers of two (Triton needs them).
+"""
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+CONFIG_SPACE = {space!r}
+CAUSAL = {causal}
+NUM_STAGES = 2
+_MASKED = -1e30
+
+
+def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale, block_q, block_k, nk):
+    qi = pl.program_id(1)
+    q = q_ref[...]
+
+    def step(j, carry, masked):
+        m, l, acc = carry
+        start = pl.multiple_of(j * block_k, block_k)
+        k = k_ref[pl.ds(start, block_k), :]
+        v = v_ref[pl.ds(start, block_k), :]
+        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
+        if masked:
+            rows = qi * block_q + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
+            cols = start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
+            s = jnp.where(cols <= rows, s, _MASKED)
+        m_new = jnp.maximum(m, jnp.max(s, axis=1))
+        alpha = jnp.exp(m - m_new)
+        p = jnp.exp(s - m_new[:, None])
+        l = alpha * l + jnp.sum(p, axis=1)
+        acc = alpha[:, None] * acc + lax.dot_general(
+            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        return m_new, l, acc
+
+    carry = (jnp.full((block_q,), _MASKED, jnp.float32), jnp.zeros((block_q,), jnp.float32),
+             jnp.zeros((block_q, q.shape[1]), jnp.float32))
+    if CAUSAL:
+        # key blocks wholly at or below the diagonal need no mask; blocks past the diagonal are never loaded
+        n_full = jnp.minimum((qi * block_q + 1) // block_k, nk)
+        n_end = jnp.minimum(((qi + 1) * block_q + block_k - 1) // block_k, nk)
+        carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
+        carry = lax.fori_loop(n_full, n_end, functools.partial(step, masked=True), carry)
+    else:
+        carry = lax.fori_loop(0, nk, functools.partial(step, masked=False), carry)
+    _, l, acc = carry
+    o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
+
+
+def kernel({sig}, *, block_q={space["block_q"][-1]}, block_k={block_k}, num_warps=4):
+    ins = [{", ".join(f"a{i}" for i in range(n))}]
+    q, k, v = (jnp.transpose(ins[i], {pat.layout!r}) for i in ({pat.q}, {pat.k}, {pat.v}))
+    batch, heads, seq, head_dim = q.shape
+    kv_heads, kv_seq = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    # a power of two that divides the sequence (the largest one not above the request)
+    block_q = math.gcd(block_q, seq)
+    block_k = math.gcd(block_k, kv_seq)
+    nk = kv_seq // block_k
+    scale = {scale_expr}
+    out = pl.pallas_call(
+        functools.partial(_kernel, scale=scale, block_q=block_q, block_k=block_k, nk=nk),
+        grid=(batch * heads, seq // block_q),
+        in_specs=[
+            pl.BlockSpec((None, None, block_q, head_dim), lambda bh, i: (bh // heads, bh % heads, i, 0)),
+            pl.BlockSpec((None, None, kv_seq, head_dim), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
+            pl.BlockSpec((None, None, kv_seq, head_dim), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
+        ],
+        out_specs=pl.BlockSpec((None, None, block_q, head_dim), lambda bh, i: (bh // heads, bh % heads, i, 0)),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=NUM_STAGES),
+    )(q, k, v)
+    return jnp.transpose(out, {pat.out_layout!r})
 '''

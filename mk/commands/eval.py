@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from mk.loaders import load_task
 
     task = load_task(args.task)
+    if args.scale:  # restrict the task as `mk optimize --scale` does, so the suite hash matches the kernel's header
+        task = task.with_scales({args.scale: task.scale(args.scale)})
     candidate = load_candidate(args.candidate)
     result = evaluate(task, candidate, target=args.target, scale=args.scale, measure=args.measure, require_pallas=args.require_pallas)
     db = args.db or os.environ.get("MK_DB")

@@ -1,0 +1,137 @@
+"""Offline-author coverage: for each built-in task and each example task, and each target, did the
+offline (rule-based) author produce a candidate the harness judged correct?
+
+It runs ``mk bench``'s best-of-n method (every proposal the author has, each judged independently,
+no timing) at the ``ci`` scale; on a machine without the device, TPU/GPU candidates are judged by
+lowering for that platform plus interpret-mode execution. Writes ``evals/results/coverage.md`` and
+``coverage.json`` (with the command that produced them).
+
+    python -m evals.coverage [--targets tpu,gpu,cpu] [--tasks 12p,8p] [--suites jaxbench,examples]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "evals" / "results"
+SUITES = {"jaxbench": "jaxbench", "examples": str(ROOT / "examples")}
+
+
+def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db: Path, samples: int = 8) -> dict:
+    from mk.bench import BenchConfig, run_bench
+    from mk.errors import ConfigError
+
+    from mk.bench.runner import select_refs
+
+    rows, totals = [], {}
+    for suite in suites:
+        mine = tasks
+        if tasks:  # keep the names this suite holds
+            mine = [t for t in tasks if _holds(select_refs, SUITES[suite], t)]
+            if not mine:
+                continue
+        for target in targets:
+            t0 = time.perf_counter()
+            try:
+                res = run_bench(BenchConfig(SUITES[suite], target=target, methods=("best-of-n",), scale="ci", tasks=mine,
+                                            lm="offline", samples=samples, measure=False, db=db, plots=False))
+            except ConfigError as exc:  # --tasks names none of this suite's tasks
+                logging.info("%s on %s: %s", suite, target, exc)
+                continue
+            for r in res.rows:
+                rows.append({"suite": suite, "task": r.task, "target": target, "covered": r.correct, "status": r.status,
+                             "candidates": r.candidates, "best": r.best, "reason": "" if r.correct else r.reason,
+                             "seconds": round(r.seconds, 2)})
+            m = res.metrics["best-of-n"]
+            tot = totals.setdefault(target, {"tasks": 0, "covered": 0, "compiled": 0})
+            tot["tasks"] += m.tasks
+            tot["covered"] += m.correct
+            tot["compiled"] += m.compiled
+            logging.info("%s on %s: %d/%d covered in %.0fs", suite, target, m.correct, m.tasks, time.perf_counter() - t0)
+    return {"rows": rows, "totals": totals}
+
+
+def _holds(select_refs, suite: str, name: str) -> bool:  # noqa: ANN001
+    from mk.errors import ConfigError
+
+    try:
+        return bool(select_refs(suite, [name]))
+    except ConfigError:
+        return False
+
+
+def _markdown(data: dict) -> str:
+    targets = data["targets"]
+    lines = ["# Offline-author coverage", "",
+             f"Command: `{data['command']}`  ", f"Date: {data['date']} · mk {data['mk_version']} · {data['seconds']:.0f} s · "
+             "scale `ci` · correctness only (no timing); tpu/gpu judged by lowering + interpret mode on a CPU.", "",
+             "A task is covered on a target when at least one offline-author candidate was judged **correct** on the frozen "
+             "suite. `—` = the author declined (no template applies); `✗` = candidates were judged but none correct.", "",
+             "| target | covered | compiled | tasks |", "|---|---|---|---|"]
+    for t in targets:
+        tot = data["totals"].get(t, {"tasks": 0, "covered": 0, "compiled": 0})
+        lines.append(f"| {t} | {tot['covered']} | {tot['compiled']} | {tot['tasks']} |")
+    lines += ["", "| suite | task | " + " | ".join(targets) + " |", "|---|---|" + "---|" * len(targets)]
+    cell: dict[tuple[str, str], dict] = {}
+    order: list[tuple[str, str]] = []
+    for r in data["rows"]:
+        key = (r["suite"], r["task"])
+        if key not in order:
+            order.append(key)
+        cell[(key, r["target"])] = r  # type: ignore[index]
+    for key in order:
+        marks = []
+        for t in targets:
+            r = cell.get((key, t))  # type: ignore[arg-type]
+            marks.append("?" if r is None else ("✓ " + r["best"]) if r["covered"] else ("—" if r["status"] == "declined" else "✗ " + r["status"]))
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(marks) + " |")
+    fails = [r for r in data["rows"] if not r["covered"] and r["status"] != "declined"]
+    if fails:
+        lines += ["", "## Judged but not correct", ""]
+        lines += [f"- {r['task']} on {r['target']} ({r['best'] or r['status']}): {r['reason'][:240]}" for r in fails]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--targets", default="tpu,gpu,cpu")
+    p.add_argument("--suites", default="jaxbench,examples")
+    p.add_argument("--tasks", default=None, help="comma-separated task ids/names to limit the run")
+    p.add_argument("--out", default=str(RESULTS), help="folder for coverage.md / coverage.json")
+    p.add_argument("--db", default=None, help="store file (default: a fresh temporary one)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    for name in ("mk", "jax", "absl"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    from mk import __version__
+
+    targets = [t for t in args.targets.split(",") if t]
+    suites = [s for s in args.suites.split(",") if s]
+    tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(args.db) if args.db else Path(tmp) / "coverage.duckdb"
+        data = coverage(targets, suites, tasks, db)
+    args_text = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    data.update({"command": f"python -m evals.coverage {args_text}".strip(),
+                 "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "mk_version": __version__,
+                 "seconds": time.perf_counter() - t0, "targets": targets})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "coverage.json").write_text(json.dumps(data, indent=2))
+    (out / "coverage.md").write_text(_markdown(data))
+    print(_markdown(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""Typed values a benchmark run produces: one :class:`TaskRow` per (method, task), one :class:`BenchResult` per run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mk.bench.metrics import Metrics, TaskOutcome
+
+METHODS = ("auto", "search", "best-of-n")
+
+
+@dataclass
+class Step:
+    """One judged candidate in a task's progression: ``step`` is the iteration (auto), the sample
+    (best-of-n) or the node order (search); ``depth`` is the search depth (the iteration for auto)."""
+
+    step: int
+    depth: int
+    name: str
+    status: str
+    compiled: bool
+    speedup: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class TaskRow:
+    """What one method achieved on one task. ``status`` is the best verdict (``correct``, ``incorrect``,
+    ``compile_error``, ``rejected``, ``timeout``, ``crashed``), ``declined`` when the author proposed
+    nothing, or ``error`` when the task itself could not be run."""
+
+    method: str
+    task: str
+    status: str
+    reason: str = ""
+    compiled: bool = False
+    correct: bool = False
+    speedup: float | None = None
+    timing_note: str = ""
+    candidates: int = 0
+    run_id: str | None = None
+    fingerprint: str | None = None
+    seconds: float = 0.0
+    best: str = ""
+    progress: list[Step] = field(default_factory=list)
+
+    def outcome(self) -> TaskOutcome:
+        return TaskOutcome(self.task, self.compiled, self.correct, self.speedup if self.correct else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class BenchResult:
+    """A finished benchmark: config, per-method metrics, per-task rows and where the report went."""
+
+    bench_id: str | None
+    suite: str
+    target: str
+    scale: str | None
+    methods: list[str]
+    author: str
+    can_time: bool
+    speed_reason: str
+    metrics: dict[str, Metrics]
+    rows: list[TaskRow]
+    report_path: str | None = None
+    plots: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bench_id": self.bench_id, "suite": self.suite, "target": self.target, "scale": self.scale, "methods": self.methods,
+            "author": self.author, "can_time": self.can_time, "speed_reason": self.speed_reason, "config": self.config,
+            "metrics": {k: v.to_dict() for k, v in self.metrics.items()}, "tasks": [r.to_dict() for r in self.rows],
+            "report_path": self.report_path, "plots": self.plots,
+        }

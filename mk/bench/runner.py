@@ -1,0 +1,171 @@
+"""Run a benchmark: every task of a suite, one or more methods, metrics, store rows and a report.
+
+``run_bench(suite, ...)`` resolves the suite (``"jaxbench"`` for the built-in suite, a
+MaxKernel-format dataset directory, a directory of JAXBench ``baseline.py`` files, or any
+single task path), runs each method on each task with a fresh author per (method, task),
+and records everything: each task run as a ``runs`` row with mode ``bench`` (its nodes,
+snapshots and evaluations as usual), each (method, task) as a ``bench_results`` row and the
+invocation with its metrics as a ``bench_runs`` row. A task that fails to load or crashes
+is a row with status ``error`` (not compiled, not correct), never an aborted benchmark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from mk.bench.metrics import compute_metrics
+from mk.bench.methods import RUNNERS, MethodConfig
+from mk.bench.results import METHODS, BenchResult, TaskRow
+from mk.errors import ConfigError, MkError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchConfig:
+    """What to run. ``author_factory`` (for tests and callers with their own author) overrides ``lm``."""
+
+    suite: str
+    target: str = "tpu"
+    methods: Sequence[str] = ("auto",)
+    scale: str | None = "ci"
+    tasks: Sequence[str] | None = None
+    lm: Any = None
+    iterations: int = 4
+    samples: int = 4
+    tune: bool = True
+    max_trials: int = 6
+    measure: bool = True
+    db: str | Path | None = None
+    out: str | Path | None = None
+    plots: bool = True
+    author_factory: Callable[[], Any] | None = None
+    evaluate: Callable[..., Any] | None = None
+    search: dict[str, Any] = field(default_factory=dict)  # SearchConfig options: algorithm, width, depth, branches
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_author_factory(lm: Any, store: Any = None) -> tuple[Callable[[], Any], str]:
+    """A factory for fresh authors (one per task and method) and the announcement to show once.
+
+    Uses ``mk.authors.resolve_author`` (LM or offline; LM calls are accounted in ``store``) where
+    installed, else the offline author via ``mk.job.resolve_author``."""
+    try:
+        from mk.authors import resolve_author  # type: ignore[import-not-found]
+
+        def make() -> tuple[Any, str]:
+            return resolve_author(lm, store=store)
+    except ImportError:
+        from mk.job import resolve_author as _offline
+
+        def make() -> tuple[Any, str]:
+            return _offline(lm)
+    _, announcement = make()
+    return (lambda: make()[0]), announcement
+
+
+def select_refs(suite: str, wanted: Sequence[str] | None) -> list[Any]:
+    """The task references of ``suite``, filtered by ``wanted`` (ids or names, or a numeric prefix like ``12p``)."""
+    from mk.loaders import discover
+
+    refs = discover(suite)
+    if not wanted:
+        return refs
+    picked, missing = [], []
+    for w in wanted:
+        hit = [r for r in refs if w in (r.id, r.name) or r.name.split("_", 1)[0] == w]
+        (picked.extend(h for h in hit if h not in picked) if hit else missing.append(w))
+    if missing:
+        import difflib
+
+        close = sorted({c for m in missing for c in difflib.get_close_matches(m, [r.name for r in refs], n=3, cutoff=0.4)})
+        raise ConfigError(f"no task in {suite!r} matches {', '.join(missing)}",
+                          hint=("close matches: " + ", ".join(close)) if close else "run `mk tasks` to list the task ids")
+    return picked
+
+
+def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], None] | None = None) -> BenchResult:
+    """Run the benchmark described by ``cfg`` and return metrics and rows (the report is written when ``cfg.out`` is set)."""
+    from mk.loaders import load_ref
+    from mk.store import Store
+    from mk.targets import get_target
+
+    emit = on_event or (lambda kind, data: None)
+    methods = list(dict.fromkeys(cfg.methods))
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ConfigError(f"unknown benchmark method(s) {bad}", hint=f"choose from {', '.join(METHODS)}")
+    if "search" in methods:
+        try:
+            import mk.programs.search  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError("search mode unavailable: mk.programs.search is not installed in this version",
+                              hint="use --mode auto or --mode best-of-n") from exc
+    tgt = get_target(cfg.target)
+    can_time = bool(cfg.measure and tgt.can_time())
+    speed_reason = "" if can_time else (
+        "speed not measured: timing was switched off" if not cfg.measure else
+        f"speed not measured: no {cfg.target.upper()} device here (correctness ran in {tgt.mode()} mode, compile checks by lowering)")
+    refs = select_refs(cfg.suite, cfg.tasks)
+    rows: list[TaskRow] = []
+    with Store.open(cfg.db) as store:
+        if cfg.author_factory is not None:
+            factory, announcement = cfg.author_factory, ""
+        else:
+            factory, announcement = resolve_author_factory(cfg.lm, store)
+        author_name = getattr(factory(), "name", "author")
+        emit("start", {"tasks": len(refs), "methods": methods, "announcement": announcement, "author": author_name})
+        from mk.bench.record import create_bench, finish_bench, record_row
+
+        config = {"iterations": cfg.iterations, "samples": cfg.samples, "tune": cfg.tune, "max_trials": cfg.max_trials,
+                  "tasks": list(cfg.tasks or []), "measure": cfg.measure,
+                  **({"search": cfg.search} if "search" in methods else {}), **cfg.extra}
+        bench_id = create_bench(store, cfg.suite, cfg.target, cfg.scale, methods, author_name, config)
+        mcfg = MethodConfig(cfg.target, store=store, evaluate=cfg.evaluate, iterations=cfg.iterations, samples=cfg.samples,
+                            tune=cfg.tune, max_trials=cfg.max_trials, measure=cfg.measure, search=dict(cfg.search))
+        for ref in refs:
+            task = None
+            try:
+                task = load_ref(ref)
+                if cfg.scale:
+                    task = task.with_scales({cfg.scale: task.scale(cfg.scale)})
+            except MkError as exc:
+                for m in methods:
+                    rows.append(_error_row(m, ref.name, f"the task could not be loaded: {exc}"))
+                    record_row(store, bench_id, rows[-1])
+                    emit("task", {"row": rows[-1]})
+                continue
+            for m in methods:
+                emit("task_start", {"task": task.name, "method": m})
+                t0 = time.perf_counter()
+                mcfg.on_event = lambda kind, data, _t=task.name, _m=m: emit(kind, {**data, "task": _t, "method": _m})
+                try:
+                    row = RUNNERS[m](task, factory if m == "search" else factory(), mcfg)
+                except ConfigError:
+                    raise
+                except Exception as exc:  # one task's failure is data, not the end of the benchmark
+                    log.exception("bench: %s on %s failed", m, task.name)
+                    row = _error_row(m, task.name, f"{type(exc).__name__}: {exc}")
+                    row.fingerprint = task.fingerprint()
+                row.seconds = row.seconds or time.perf_counter() - t0
+                rows.append(row)
+                record_row(store, bench_id, row)
+                emit("task", {"row": row})
+        metrics = {m: compute_metrics([r.outcome() for r in rows if r.method == m], can_time=can_time, unmeasured_reason=speed_reason)
+                   for m in methods}
+        finish_bench(store, bench_id, metrics)
+    result = BenchResult(bench_id, cfg.suite, cfg.target, cfg.scale, methods, author_name, can_time, speed_reason, metrics, rows,
+                         config=config)
+    if cfg.out:
+        from mk.bench.report import write_report
+
+        write_report(result, Path(cfg.out), plots=cfg.plots)
+    return result
+
+
+def _error_row(method: str, task: str, reason: str) -> TaskRow:
+    return TaskRow(method, task, "error", reason)

@@ -1,0 +1,130 @@
+"""`mk bench SUITE`: run a suite with one or more methods and report the MaxKernel paper's metrics.
+
+SUITE is ``jaxbench`` (the built-in 50 tasks), a MaxKernel-format dataset directory, a
+directory of JAXBench ``baseline.py`` files, or a single task path. Exit code 0 when the
+benchmark ran (whatever the metrics), 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark methods over a task suite: compile/correct rates, geomean speedup, fast_p",
+                       description=__doc__)
+    p.add_argument("suite", metavar="SUITE", help="jaxbench, a MaxKernel dataset dir, a dir of JAXBench baseline.py files, or a task path")
+    p.add_argument("--scale", default="ci", help="run every task at this scale (default: ci); 'all' keeps every scale a task defines")
+    p.add_argument("--mode", default="auto",
+                   help="auto | search | best-of-n, or several separated by commas to compare them on the same tasks")
+    p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
+    p.add_argument("--target", choices=["tpu", "gpu", "cpu"], default="tpu")
+    p.add_argument("--tasks", default=None, help="comma-separated task ids or names (default: all)")
+    p.add_argument("--iterations", type=int, default=4, help="auto/search: iterations per trajectory")
+    p.add_argument("--samples", "-n", type=int, default=4, help="best-of-n: independent candidates per task")
+    p.add_argument("--trials", type=int, default=6, help="auto: autotuning trials per candidate")
+    p.add_argument("--no-tune", dest="tune", action="store_false", help="auto: skip autotuning")
+    p.add_argument("--search-algorithm", choices=["beam", "greedy", "parallel"], default="beam", help="search: the algorithm")
+    p.add_argument("--depth", type=int, default=2, help="search: levels of the tree")
+    p.add_argument("--width", type=int, default=2, help="search: nodes kept per level (beam) or trajectories (parallel)")
+    p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
+    p.add_argument("--out", default="mk-bench", help="folder for report.md, results.json and the PNG plots")
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="write the report without plots")
+    p.add_argument("--json", action="store_true", help="print the metrics and per-task rows as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from mk.bench import BenchConfig, run_bench
+
+    console = Console(stderr=True, highlight=False)
+    methods = [m.strip() for m in args.mode.split(",") if m.strip()]
+    cfg = BenchConfig(
+        suite=args.suite, target=args.target, methods=methods, scale=None if args.scale == "all" else args.scale,
+        tasks=[t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None, lm=args.lm,
+        iterations=args.iterations, samples=args.samples, tune=args.tune, max_trials=args.trials, db=args.db, out=args.out,
+        plots=args.plots, search={"algorithm": args.search_algorithm, "depth": args.depth, "width": args.width},
+    )
+    with _Progress(console) as progress:
+        result = run_bench(cfg, on_event=progress.on_event)
+    if args.json:
+        print(json.dumps({"metrics": {m: _public(v.to_dict()) for m, v in result.metrics.items()},
+                          "tasks": [_row(r) for r in result.rows], "bench_id": result.bench_id, "target": result.target,
+                          "suite": result.suite, "scale": result.scale, "author": result.author,
+                          "speed": None if result.can_time else result.speed_reason, "report": result.report_path},
+                         default=str))
+    else:
+        _summary(console, result)
+    return 0
+
+
+def _public(m: dict[str, Any]) -> dict[str, Any]:
+    out = dict(m)
+    if m["speed"] == "unmeasured":
+        for k in ("geomean_speedup", "geomean_speedup_all", "fast_p"):
+            out[k] = "not measured"
+    return out
+
+
+def _row(r: Any) -> dict[str, Any]:
+    d = r.to_dict()
+    d["progress"] = [{k: s[k] for k in ("step", "depth", "name", "status", "speedup")} for s in d["progress"]]
+    return d
+
+
+def _summary(console: Any, result: Any) -> None:
+    from rich.table import Table
+
+    from mk.bench.metrics import FAST_P
+
+    table = Table("method", "compiled", "correct", "geomean (correct)", "geomean (all)",
+                  "fast_p, p=" + "/".join(f"{p:g}" for p in FAST_P),
+                  title=f"{result.suite} on {result.target} ({len({r.task for r in result.rows})} tasks)")
+    for m, met in result.metrics.items():
+        if met.speed == "unmeasured":
+            speed = ["not measured"] * 3
+        else:
+            speed = [f"{v:.3f}x" if v is not None else "—" for v in (met.geomean_speedup, met.geomean_speedup_all)]
+            speed.append(" / ".join(f"{100 * met.fast_p[f'fast_{p:g}']:.0f}%" for p in FAST_P))
+        table.add_row(m, f"{100 * met.compilation_rate:.0f}%", f"{100 * met.correctness_rate:.0f}%", *speed)
+    console.print(table)
+    if not result.can_time:
+        console.print(f"[yellow]{result.speed_reason}[/]")
+    console.print(f"report: {result.report_path}  bench id: {result.bench_id}")
+
+
+class _Progress:
+    """A rich progress bar over (task, method) pairs, with one line per finished task."""
+
+    def __init__(self, console: Any):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=console, transient=True)
+        self.bar = None
+
+    def __enter__(self) -> "_Progress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "start":
+            if data.get("announcement"):
+                self.console.print(f"[bold]{data['announcement']}[/]")
+            self.bar = self.progress.add_task("bench", total=data["tasks"] * len(data["methods"]))
+        elif kind == "task_start" and self.bar is not None:
+            self.progress.update(self.bar, description=f"{data['method']}: {data['task']}")
+        elif kind == "task" and self.bar is not None:
+            row = data["row"]
+            colour = "green" if row.correct else ("yellow" if row.status == "declined" else "red")
+            speed = f" {row.speedup:.2f}x" if row.speedup is not None else ""
+            self.console.print(f"[{colour}]{row.status:>13}[/] {row.method:>9} {row.task}{speed} ({row.seconds:.1f}s)")
+            self.progress.advance(self.bar)

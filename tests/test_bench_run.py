@@ -1,0 +1,177 @@
+"""mk bench end to end on tiny tasks: a scripted author on cpu (measured), the offline author on tpu
+(interpret: unmeasured), store rows, report and plots, and the CLI."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mk.author.proposal import Proposal
+from mk.bench import BenchConfig, run_bench
+from mk.errors import ConfigError
+from mk.programs.auto import Plan
+from mk.store import Store
+
+TANH = '''
+import jax.numpy as jnp
+from mk.task import ArgSpec, Scale, Task, Tolerance
+
+def ref(x):
+    return jnp.tanh(x) * 2.0
+
+TASK = Task("tanh2", ref, (ArgSpec("x", ("M", "N"), "float32"),),
+            {"full": Scale("full", {"M": 512, "N": 512}), "ci": Scale("ci", {"M": 16, "N": 128})}, tolerance=Tolerance(1e-5, 1e-5))
+'''
+EXPSUM = '''
+import jax.numpy as jnp
+from mk.task import ArgSpec, Scale, Task
+
+def ref(x):
+    return jnp.exp(x).sum(axis=-1)
+
+TASK = Task("expsum", ref, (ArgSpec("x", ("M", "N"), "float32"),), {"ci": Scale("ci", {"M": 8, "N": 128})})
+'''
+RMS = '''
+import jax, jax.numpy as jnp
+from mk.task import ArgSpec, Init, Scale, Task, Tolerance
+
+def rms(x, w):
+    inv = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+    return x * inv * w
+
+TASK = Task("rms", rms, (ArgSpec("x", ("M", "N"), "float32"), ArgSpec("w", ("N",), "float32", Init("normal", 1.0, 0.1))),
+            {"ci": Scale("ci", {"M": 16, "N": 128})}, tolerance=Tolerance(1e-4, 1e-4))
+'''
+GOOD = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"
+WRONG = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0 + 0.5\n"
+
+
+class ScriptedAuthor:
+    """Proposes WRONG then GOOD for tanh2 (so the best of two is correct) and declines everything else."""
+
+    name = "scripted"
+
+    def __init__(self):
+        self.queue = None
+        self.declined = {}
+        self.contexts = []
+
+    def plan(self, ctx):
+        self.contexts.append((ctx.history, ctx.feedback))
+        if self.queue is None:
+            self.queue = [("wrong", WRONG), ("good", GOOD)] if ctx.task.name == "tanh2" else []
+            if not self.queue:
+                self.declined = {"script": f"nothing scripted for {ctx.task.name}"}
+        if not self.queue:
+            return None
+        name, code = self.queue.pop(0)
+        return Plan(name, "scripted", code)
+
+    def implement(self, ctx, plan):
+        return Proposal(plan.name, plan.data, plan.text, "scripted")
+
+    def fix(self, ctx, proposal, error):
+        return None
+
+    def analyse(self, ctx, report):
+        return ""
+
+
+def _suite(tmp_path, files):
+    root = tmp_path / "suite"
+    root.mkdir()
+    for name, text in files.items():
+        (root / f"{name}.py").write_text(textwrap.dedent(text))
+    return root
+
+
+def test_bench_cpu_scripted_auto_and_best_of_n(tmp_path):
+    root = _suite(tmp_path, {"tanh2": TANH, "expsum": EXPSUM})
+    authors = []
+
+    def factory():
+        authors.append(ScriptedAuthor())
+        return authors[-1]
+
+    db, out = tmp_path / "b.duckdb", tmp_path / "report"
+    res = run_bench(BenchConfig(str(root), target="cpu", methods=("auto", "best-of-n"), scale="ci", iterations=3, samples=3,
+                                tune=False, db=db, out=out, author_factory=factory))
+    assert res.can_time
+    by = {(r.method, r.task): r for r in res.rows}
+    for method in ("auto", "best-of-n"):
+        good = by[(method, "tanh2")]
+        assert good.status == "correct" and good.correct and good.compiled and good.candidates == 2
+        assert good.speedup is not None and good.speedup > 0 and good.best == "good"
+        assert [s.status for s in good.progress] == ["incorrect", "correct"]
+        declined = by[(method, "expsum")]
+        assert declined.status == "declined" and "nothing scripted" in declined.reason and not declined.compiled
+        m = res.metrics[method]
+        assert (m.tasks, m.compiled, m.correct) == (2, 1, 1) and m.speed == "measured"
+        assert m.fast_p["fast_0"] == 0.5 and m.geomean_speedup == pytest.approx(max(good.speedup, 1.0))
+    # best-of-n samples are independent: no history, no feedback
+    auto_author, bon_author = authors[-2], authors[-1]  # tasks in order (expsum, tanh2), methods in order (auto, best-of-n)
+    assert len(bon_author.contexts) == 3 and all(h == [] and f == "" for h, f in bon_author.contexts)
+    assert auto_author.contexts[-1][0] and "incorrect" in auto_author.contexts[-1][1]  # auto feeds the verdicts back
+    # everything is in the store
+    with Store.open(db) as store:
+        rows = store.query("SELECT method, task, status, correct, speedup FROM bench_results ORDER BY method, task")
+        assert len(rows) == 4 and {r["status"] for r in rows} == {"correct", "declined"}
+        runs = store.query("SELECT mode, status FROM runs")
+        assert len(runs) == 4 and {r["mode"] for r in runs} == {"bench"}
+        bench = store.query("SELECT status, metrics FROM bench_runs")
+        assert bench[0]["status"] == "finished" and bench[0]["metrics"]["auto"]["correct"] == 1
+        assert store.query("SELECT count(*) AS n FROM evaluations")[0]["n"] >= 4
+    # report and plots
+    text = (out / "report.md").read_text()
+    assert "| tanh2 | auto | correct |" in text and "fast_p.png" in text and "progress.png" in text
+    assert (out / "fast_p.png").stat().st_size > 5000 and (out / "progress.png").stat().st_size > 5000
+    data = json.loads((out / "results.json").read_text())
+    assert data["metrics"]["best-of-n"]["fast_p_curve"][0] == [0.0, 0.5]
+
+
+def test_bench_tpu_offline_is_unmeasured_and_says_so(tmp_path):
+    root = _suite(tmp_path, {"rms": RMS, "expsum": EXPSUM})
+    out = tmp_path / "r"
+    res = run_bench(BenchConfig(str(root), target="tpu", methods=("best-of-n",), scale="ci", samples=1, db=tmp_path / "t.duckdb",
+                                out=out, lm="offline"))
+    row = {r.task: r for r in res.rows}["rms"]
+    assert row.correct and row.speedup is None and row.timing_note
+    m = res.metrics["best-of-n"]
+    assert m.speed == "unmeasured" and m.geomean_speedup is None and "no TPU device" in m.speed_note
+    text = (out / "report.md").read_text()
+    assert "not measured" in text and not (out / "fast_p.png").exists() and (out / "progress.png").exists()
+
+
+def test_cli_json_declined_suite_and_errors(tmp_path, capsys):
+    from mk.cli import main
+
+    root = _suite(tmp_path, {"expsum": EXPSUM, "tanh2": TANH})
+    rc = main(["bench", str(root), "--target", "cpu", "--lm", "offline", "--json", "--out", str(tmp_path / "o"),
+               "--db", str(tmp_path / "c.duckdb")])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["metrics"]["auto"]["tasks"] == 2 and data["metrics"]["auto"]["correctness_rate"] == 0.0
+    assert [t["status"] for t in data["tasks"]] == ["declined", "declined"]
+    with pytest.raises(ConfigError, match="no task"):
+        run_bench(BenchConfig(str(root), target="cpu", tasks=["nope"], db=tmp_path / "c2.duckdb"))
+    with pytest.raises(ConfigError, match="unknown benchmark method"):
+        run_bench(BenchConfig(str(root), target="cpu", methods=("greedy",), db=tmp_path / "c3.duckdb"))
+    try:
+        import mk.programs.search  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="search mode unavailable"):
+            run_bench(BenchConfig(str(root), target="cpu", methods=("search",), db=tmp_path / "c4.duckdb"))
+
+
+def test_bench_search_mode_with_scripted_author(tmp_path):
+    pytest.importorskip("mk.programs.search")
+    root = _suite(tmp_path, {"tanh2": TANH})
+    res = run_bench(BenchConfig(str(root), target="cpu", methods=("search",), scale="ci", tune=False, db=tmp_path / "s.duckdb",
+                                out=tmp_path / "o", author_factory=ScriptedAuthor,
+                                search={"algorithm": "beam", "depth": 1, "width": 1, "branches": 2}))
+    row = res.rows[0]
+    assert row.method == "search" and row.run_id and row.candidates >= 1
+    assert row.correct and row.compiled and row.speedup is not None
+    assert all(s.depth == 1 for s in row.progress)
+    assert res.metrics["search"].correct == 1
