@@ -23,6 +23,10 @@ if __name__ == "__main__":
     x = jax.random.normal(jax.random.key(0), (128, 256))
     w = jax.random.normal(jax.random.key(1), (256, 256)) * 0.05
     b = jnp.zeros((256,))
-    print("max |kernel - reference| =", float(jnp.max(jnp.abs(fast(x, w, b) - layer(x, w, b)))))
+    # fast(x, w, b) runs the kernel on a TPU and falls back to the reference elsewhere (with a warning);
+    # run_kernel() runs it here in Pallas interpret mode, as the judge did.
+    print("max |kernel - reference| =", float(jnp.max(jnp.abs(fast.run_kernel(x, w, b) - layer(x, w, b)))))
+    print("second call served from the store:", mk.optimize(layer, [((128, 256), "float32"), ((256, 256), "float32"),
+                                                                    ((256,), "float32")], target="tpu", lm="offline").cached)
     if fast.source:
         print("kernel written to", fast.report.kernel_path)

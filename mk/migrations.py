@@ -277,3 +277,20 @@ def m009_bench(conn: duckdb.DuckDBPyConnection) -> None:
             PRIMARY KEY (bench_id, method, task)
         )"""
     )
+
+
+@migration
+def m010_optimize_cache(conn: duckdb.DuckDBPyConnection) -> None:
+    """``mk.optimize`` results by (function source, shapes, dtypes, statics, target, device kind, mk version)."""
+    conn.execute(
+        """CREATE TABLE optimize_cache (
+            key VARCHAR PRIMARY KEY,
+            task VARCHAR NOT NULL,
+            target VARCHAR NOT NULL,
+            device VARCHAR NOT NULL,
+            run_id VARCHAR,
+            kernel_source VARCHAR,
+            report JSON NOT NULL,
+            created_at TIMESTAMP NOT NULL
+        )"""
+    )

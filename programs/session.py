@@ -106,8 +106,13 @@ class Session:
         spec, shared = _store_spec(db)
         with _open(spec, shared) as store:
             run = store.get_run(run_id)
+            if run is None:  # a unique prefix, as `mk runs` prints
+                rows = store.query("SELECT id FROM runs WHERE id LIKE ?", [run_id + "%"]) if run_id else []
+                run = store.get_run(rows[0]["id"]) if len(rows) == 1 else None
             if run is None:
-                raise StoreError(f"there is no run {run_id!r} in {store.path}", hint="list runs with SQL: select id, mode, status from runs")
+                raise StoreError(f"there is no single run matching {run_id!r} in {store.path}",
+                                 hint="`mk runs` lists the runs; give the id or a unique prefix of it")
+            run_id = run["id"]
             cfg = dict(run.get("config") or {})
             locator = cfg.get("locator") or _locator_from_task_row(store.get_task(run["task_fingerprint"] or ""))
             snapshots, tried = _restore(store, run_id)

@@ -1,4 +1,4 @@
-"""Flash-attention template: recognised from the jaxpr, correct in interpret mode, lowers for TPU."""
+"""Flash-attention template: recognised from the jaxpr, correct in interpret mode, lowers for TPU and GPU (Triton)."""
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +13,8 @@ from mk.task import ArgSpec, Init, Scale, Task, Tolerance
 from mk.targets import get_target
 
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
+CAUSAL_TASKS = [(str(EXAMPLES / "attention.py"), False), ("jaxbench:1p_Flash_Attention", False),
+                ("jaxbench:2p_GQA_Attention", True)]
 
 
 def _ci(spec):
@@ -20,20 +22,28 @@ def _ci(spec):
     return task.with_scales({"ci": task.scale("ci")})
 
 
-def _check(task, source):
+def _load(source):
     ns = {}
     exec(compile(source, "candidate", "exec"), ns)
+    return ns
+
+
+def _run(task, ns, target, xs, **config):
+    with get_target(target).execution():
+        return np.asarray(jax.jit(task.bind(lambda *a: ns["kernel"](*a, **config), "ci"))(*xs), np.float32)
+
+
+def _check(task, source, target="tpu", configs=({},)):
+    ns = _load(source)
     xs = task.make_inputs("ci", 3, "normal")
-    with get_target("tpu").execution():
-        out = jax.jit(task.bind(lambda *a: ns["kernel"](*a), "ci"))(*xs)
-    ref = task.bind(task.reference, "ci")(*xs)
+    ref = np.asarray(task.bind(task.reference, "ci")(*xs), np.float32)
     atol, rtol = task.tolerance.for_output(0)
-    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(ref, np.float32), atol=atol, rtol=rtol)
-    get_target("tpu").lower(task.bind(ns["kernel"], "ci"), *task.arg_structs("ci"))
+    for config in configs:
+        np.testing.assert_allclose(_run(task, ns, target, xs, **config), ref, atol=atol, rtol=rtol, err_msg=str(config))
+        get_target(target).lower(task.bind(lambda *a: ns["kernel"](*a, **config), "ci"), *task.arg_structs("ci"))
 
 
-@pytest.mark.parametrize("spec,gqa", [(str(EXAMPLES / "attention.py"), False), ("jaxbench:1p_Flash_Attention", False),
-                                      ("jaxbench:2p_GQA_Attention", True)])
+@pytest.mark.parametrize("spec,gqa", CAUSAL_TASKS)
 def test_causal_attention_matches_and_lowers(spec, gqa):
     task = _ci(spec)
     prop = next(p for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "attention")
@@ -41,20 +51,60 @@ def test_causal_attention_matches_and_lowers(spec, gqa):
     _check(task, prop.source)
 
 
+@pytest.mark.parametrize("spec,gqa", CAUSAL_TASKS)
+def test_gpu_causal_attention_matches_and_lowers(spec, gqa):
+    task = _ci(spec)
+    prop = next(p for p in OfflineAuthor().propose(task, "gpu").proposals if p.template == "attention")
+    assert prop.name == "flash-attention-gpu" and "pltriton.CompilerParams" in prop.source and "scratch_shapes" not in prop.source
+    assert "CAUSAL = True" in prop.source and ("GQA" in prop.rationale) == gqa
+    space = _load(prop.source)["CONFIG_SPACE"]
+    assert set(space) >= {"block_q", "block_k"} and all(b & (b - 1) == 0 and b >= 16 for b in space["block_q"] + space["block_k"])
+    # the default, and several key blocks per query block with the diagonal crossing blocks unevenly
+    _check(task, prop.source, "gpu", ({}, {"block_q": 32, "block_k": 64, "num_warps": 8}, {"block_q": 64, "block_k": 16}))
+
+
+def test_gpu_causal_skips_key_blocks_past_the_diagonal():
+    """NaN keys/values past the first half must not reach queries of the first half: those blocks are never loaded."""
+    task = _ci(str(EXAMPLES / "attention.py"))
+    ns = _load(attention.propose(task, trace_scales(task), "gpu").source)
+    xs = [np.asarray(x) for x in task.make_inputs("ci", 5, "normal")]
+    clean = _run(task, ns, "gpu", xs, block_q=32, block_k=64)
+    half = xs[0].shape[2] // 2
+    for i in (1, 2):
+        xs[i] = xs[i].copy()
+        xs[i][:, :, half:] = np.nan
+    poisoned = _run(task, ns, "gpu", xs, block_q=32, block_k=64)
+    np.testing.assert_array_equal(poisoned[:, :, :half], clean[:, :, :half])
+    assert np.isnan(poisoned[:, :, half:]).all()
+
+
 def _plain(q, k, v):  # (B, S, H, D), no mask, explicit scale
     s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * 0.25
     return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
 
 
-def test_non_causal_other_layout():
+def _plain_task(S=256, D=64):
     args = tuple(ArgSpec(n, ("B", "S", "H", "D"), "float32", Init("normal")) for n in "qkv")
-    task = Task("plain_attn", _plain, args, {"ci": Scale("ci", {"B": 1, "S": 256, "H": 2, "D": 64})},
+    return Task("plain_attn", _plain, args, {"ci": Scale("ci", {"B": 1, "S": S, "H": 2, "D": D})},
                 tolerance=Tolerance(1e-3, 1e-3))
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_non_causal_other_layout(target):
+    task = _plain_task()
     pat = attention.recognise(__import__("mk.author.ir", fromlist=["from_jaxpr"]).from_jaxpr(trace_scales(task)[0].jaxpr))
     assert pat.layout == (0, 2, 1, 3) and pat.scale == 0.25 and pat.group == 1
-    prop = attention.propose(task, trace_scales(task), "tpu")
+    prop = attention.propose(task, trace_scales(task), target)
     assert "CAUSAL = False" in prop.source and "scale = 0.25" in prop.source
-    _check(task, prop.source)
+    _check(task, prop.source, target, ({},) if target == "tpu" else ({}, {"block_q": 32, "block_k": 128}))
+
+
+def test_gpu_declines_shapes_triton_cannot_block():
+    with pytest.raises(Unsupported, match="head_dim 48 .* power of two"):
+        attention.propose(_plain_task(D=48), trace_scales(_plain_task(D=48)), "gpu")
+    with pytest.raises(Unsupported, match="sequence 200 .* not divisible by 16"):
+        attention.propose(_plain_task(S=200), trace_scales(_plain_task(S=200)), "gpu")
+    assert attention.propose(_plain_task(S=48), trace_scales(_plain_task(S=48)), "tpu").template == "attention"
 
 
 def test_declines_without_a_softmax_between_two_products():
@@ -63,7 +113,8 @@ def test_declines_without_a_softmax_between_two_products():
 
     args = tuple(ArgSpec(n, ("B", "H", "S", "D"), "float32") for n in "qkv")
     task = Task("bilinear", f, args, {"ci": Scale("ci", {"B": 1, "H": 2, "S": 128, "D": 64})})
-    with pytest.raises(Unsupported, match="softmax"):
-        attention.propose(task, trace_scales(task), "tpu")
-    with pytest.raises(Unsupported, match="TPU"):
-        attention.propose(task, trace_scales(task), "gpu")
+    for target in ("tpu", "gpu"):
+        with pytest.raises(Unsupported, match="softmax"):
+            attention.propose(task, trace_scales(task), target)
+    with pytest.raises(Unsupported, match="not 'cpu'"):
+        attention.propose(task, trace_scales(task), "cpu")

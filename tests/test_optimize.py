@@ -55,17 +55,37 @@ def test_mk_optimize_callable_runs_best_kernel_and_falls_back(tmp_path):
     def scaled_tanh(x, b):
         return jnp.tanh(x * 0.5 + b)
 
-    fast = optimize(scaled_tanh, [((64, 128), "float32"), ((128,), "float32")], target="tpu", lm="offline",
-                    db=tmp_path / "db.duckdb", out=tmp_path / "out", iterations=1, max_trials=1)
+    shapes = [((64, 128), "float32"), ((128,), "float32")]
+    fast = optimize(scaled_tanh, shapes, target="tpu", lm="offline", db=tmp_path / "db.duckdb", out=tmp_path / "out",
+                    iterations=1, max_trials=1)
     assert fast.report.status == "correct", fast.report.stop_reason
+    assert not fast.cached
     x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 128)), jnp.float32)
     b = jnp.ones((128,), jnp.float32)
-    np.testing.assert_allclose(np.asarray(fast(x, b)), np.asarray(scaled_tanh(x, b)), atol=1e-5)
-    with pytest.warns(UserWarning, match="no verified kernel"):
+    np.testing.assert_allclose(np.asarray(fast.run_kernel(x, b)), np.asarray(scaled_tanh(x, b)), atol=1e-5)
+    with pytest.warns(UserWarning, match="no TPU"):  # verified for TPU; this machine has none
+        np.testing.assert_allclose(np.asarray(fast(x, b)), np.asarray(scaled_tanh(x, b)), atol=1e-5)
+    with pytest.warns(UserWarning, match="no verified kernel for inputs"):
         fast(x[:8], b)
     saved = fast.save(tmp_path / "k.py")
     assert "def kernel" in saved.read_text()
     assert callable(mk.optimize)
+    # the second call is served from the store: same report, no new run
+    again = optimize(scaled_tanh, shapes, target="tpu", lm="offline", db=tmp_path / "db.duckdb", out=tmp_path / "out2")
+    assert again.cached and again.report.run_id == fast.report.run_id and again.source == fast.source
+    assert not (tmp_path / "out2").exists()
+
+
+def test_mk_optimize_cpu_kernel_runs_directly(tmp_path):
+    def dead_sum(x, w):
+        return jnp.sum(x @ w, axis=1, keepdims=True) * 2.0
+
+    fast = optimize(dead_sum, [((32, 64), "float32"), ((64, 48), "float32")], target="cpu", lm="offline",
+                    db=tmp_path / "db.duckdb", out=tmp_path / "out", iterations=1, max_trials=1)
+    assert fast.report.status == "correct", fast.report.stop_reason
+    x = jnp.ones((32, 64), jnp.float32)
+    w = jnp.ones((64, 48), jnp.float32)
+    np.testing.assert_allclose(np.asarray(fast(x, w)), np.asarray(dead_sum(x, w)), rtol=1e-5)
 
 
 def test_optimize_search_mode_writes_best_node(tmp_path, capsys):

@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 TEMPLATES = (
     ("rewrite", "algebraic rewrites in pure JAX on every target (a sum moved before a matmul, dead code, constant "
      "folding, redundant casts/transposes/reshapes, scalar factors folded, inference-mode dropout removed)", rewrites),
-    ("attention", "flash attention with online softmax over key blocks (causal or not, MHA and GQA)", attention),
+    ("attention", "flash attention with online softmax over key blocks (causal or not, MHA and GQA; TPU, and GPU "
+     "Triton when head_dim is a power of two)", attention),
     ("matmul", "tiled matmul with the reference's elementwise epilogue fused (bias, scale, residual, clamp, activations)", matmul),
     ("rowwise", "row-wise kernels with whole rows per block (RMSNorm, LayerNorm, softmax, logsumexp, long elementwise chains)", rowwise),
 )

@@ -7,8 +7,13 @@ products; k/v with fewer heads than q is grouped-query attention (query head
 ``h`` reads kv head ``h // group``). The scale is the product of the scalar
 factors on the scores; causality is checked by probing the reference (a
 change to the last key must not move the first query's output). The kernel
-(Pallas TPU) walks key blocks with a running max and sum in VMEM and skips
-key blocks entirely above the diagonal when causal.
+(Pallas TPU) walks key blocks on the grid's last axis with a running max and
+sum in VMEM and skips key blocks entirely above the diagonal when causal. The
+GPU kernel (Pallas Triton, which has no scratch memory) runs one program per
+(batch*head, query block) and loops over key blocks with ``lax.fori_loop``,
+carrying the running max/sum and f32 accumulator; when causal the loop stops at
+the diagonal and only the blocks it crosses are masked. Triton needs power-of-two
+blocks, so head_dim must be a power of two >= 16 and the sequences divisible by 16.
 """
 
 from __future__ import annotations
@@ -156,14 +161,13 @@ def _gpu_blocks(traced: list[Traced], pat: AttentionPattern) -> list[int]:
         q_shape, k_shape = t.shapes[pat.q], t.shapes[pat.k]
         D = q_shape[pat.layout[3]]
         if not _pow2(D) or D < 16:
-            raise Unsupported(f"head_dim {D} at scale {t.scale!r} is not a power of two >= 16: Triton blocks must be")
+            raise Unsupported(f"head_dim {D} at scale {t.scale!r} is not a power of two >= 16; the GPU (Triton) kernel "
+                              "holds whole head_dim rows and Triton needs power-of-two blocks")
         for what, n in (("query", q_shape[pat.layout[2]]), ("key", k_shape[pat.layout[2]])):
-            if not _pow2(n) and n % _GPU_BLOCKS[-1]:
-                raise Unsupported(f"the {what} sequence {n} at scale {t.scale!r} is neither a power of two nor a "
-                                  f"multiple of {_GPU_BLOCKS[-1]}: Triton blocks must be powers of two that divide it")
+            if n % _GPU_BLOCKS[0]:
+                raise Unsupported(f"the {what} sequence {n} at scale {t.scale!r} is not divisible by {_GPU_BLOCKS[0]}: "
+                                  "Triton blocks must be powers of two >= 16 that divide it")
             opts = [b for b in opts if n % b == 0]
-    if not opts:
-        raise Unsupported("no power-of-two block >= 16 divides every scale's sequence length")
     return opts[-3:]
 
 

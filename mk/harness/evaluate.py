@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,7 @@ class _Plan:
     timed_scale: str
     timing_reason: str = ""  # empty: timing runs
     timing_sets: int = 0
+    timing_inputs: dict[str, list[np.ndarray]] = field(default_factory=dict)  # timing dir -> inputs, in timing order
     verdicts: dict[int, CaseResult] = field(default_factory=dict)
 
 
@@ -105,7 +107,12 @@ def evaluate(
     spec = _spec(cand, plan, require_pallas, dict(config or {}), timing or TimingOptions())
     timing_dirs = spec["timing"]["dirs"] if spec.get("timing") else []
     dist = suite.for_scale(timed)[0].distribution
-    extra = {d: task.make_inputs(timed, 1000 + k, dist) for k, d in enumerate(timing_dirs) if d.startswith("timing")}
+    # timing-only input sets come from fresh, unpredictable seeds: a candidate that recognises the frozen
+    # inputs (a lookup table keyed on input values) is caught when the judge checks the timed outputs
+    extra = {d: [np.asarray(x) for x in task.make_inputs(timed, secrets.randbelow(2**31), dist)]
+             for d in timing_dirs if d.startswith("timing")}
+    by_dir = {f"case_{i:03d}": x for i, x in enumerate(plan.inputs)}
+    plan.timing_inputs = {d: extra[d] if d in extra else by_dir[d] for d in timing_dirs}
     reference = ReferenceCache(task).export(timed) if spec.get("timing") else None
     workdir = prepare_workdir(cand.source, spec, plan.inputs, reference, extra_inputs=extra)
     try:
@@ -158,7 +165,7 @@ def _spec(cand: Candidate, plan: _Plan, require_pallas: bool, config: dict[str, 
         spec["cost"] = {"scale": plan.timed_scale}
     if not plan.timing_reason:
         dirs = [cases[i]["dir"] for i, c in enumerate(plan.suite.cases) if c.scale == plan.timed_scale]
-        dirs += [f"timing_{k}" for k in range(max(0, MIN_INPUT_SETS - len(dirs)))]
+        dirs += [f"timing_{k}" for k in range(max(1, MIN_INPUT_SETS - len(dirs)))]  # at least one fresh set
         spec["timing"] = opts.to_spec(plan.timed_scale, dirs)
         plan.timing_sets = len(dirs)
     return spec
@@ -227,6 +234,10 @@ def _verdict(plan: _Plan, run: WorkerRun, workdir: Path, static: StepResult, bas
             status, reason = "crashed", f"the worker ended after {len(cases)} of {n} cases ({run.outcome})"
     elif run.outcome in ("timeout", "crashed", "rejected"):
         status, reason = run.outcome, run.message
+    if status == "correct" and "timing" in secs:
+        wrong = _check_timed_outputs(plan, workdir)
+        if wrong:
+            status, reason = "incorrect", wrong
     timing_res, cost_res, flags = _timing_and_cost(plan, run, workdir, status == "correct")
     steps = _steps(static, compile_step, correctness,
                    StepResult(name="timing", ok=None if plan.timing_reason or status != "correct" else timing_res.measured,
@@ -235,6 +246,24 @@ def _verdict(plan: _Plan, run: WorkerRun, workdir: Path, static: StepResult, bas
                    StepResult(name="cost", ok=(cost_res is not None and cost_res.candidate_flops is not None) or None,
                               seconds=secs.get("cost", 0.0), detail=cost_res.note if cost_res else _no_cost(plan)))
     return EvalResult(status=status, reason=reason, steps=steps, cases=cases, timing=timing_res, cost=cost_res, flags=flags, **base)
+
+
+def _check_timed_outputs(plan: _Plan, workdir: Path) -> str | None:
+    """What the candidate returned in its timed runs must match the reference too (a candidate that computes
+    honestly for the cases and cheaply for the timing, or only on inputs it recognises, is incorrect)."""
+    cache = ReferenceCache(plan.task)
+    refs_by_dir = {f"case_{i:03d}": r for i, r in enumerate(plan.refs)}
+    for k, (d, inputs) in enumerate(plan.timing_inputs.items()):
+        where = f"timed run on input set {k} ({'fresh random seed' if d.startswith('timing') else d})"
+        try:
+            outputs = load_arrays(workdir / OUT_DIR / "timing" / f"set_{k}", "out")
+        except (OSError, ValueError) as exc:
+            return f"{where}: outputs missing or unreadable ({exc})"
+        refs = refs_by_dir.get(d) or cache.compute(plan.timed_scale, inputs)
+        got = compare_outputs(refs, outputs, plan.task.tolerance)
+        if not got.ok:
+            return f"{where}: {got.reason}"
+    return None
 
 
 def _timing_and_cost(plan: _Plan, run: WorkerRun, workdir: Path, correct: bool) -> tuple[TimingResult, CostResult | None, list[str]]:

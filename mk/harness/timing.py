@@ -37,14 +37,18 @@ class TimingOptions:
 
 def interleaved_runs(
     block: Callable[[Any], Any], candidate: Callable[..., Any], reference: Callable[..., Any], sets: Sequence[Sequence[Any]],
-    clock: Callable[[], float], opts: dict[str, Any],
+    clock: Callable[[], float], opts: dict[str, Any], keep: dict[int, Any] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Raw per-run seconds ``(candidate, reference)``; runs in the worker."""
+    """Raw per-run seconds ``(candidate, reference)``; runs in the worker. ``keep``, when given, receives
+    the candidate's output of its last timed run on each input set (index into ``sets``) for the judge to check."""
 
     def once(fn: Callable[..., Any], args: Sequence[Any]) -> float:
         t = clock()
-        block(fn(*args))
-        return clock() - t
+        out = block(fn(*args))
+        seconds = clock() - t
+        if keep is not None and fn is candidate:
+            keep[next(k for k, s in enumerate(sets) if s is args)] = out
+        return seconds
 
     for args in sets:  # warm-up: compile and touch every input set on both sides
         once(candidate, args)
