@@ -43,11 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except MkError as err:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {err}", markup=True, highlight=False)
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", markup=True, highlight=False)  # paths may hold [...]
         return err.exit_code
     except KeyboardInterrupt:
-        print("interrupted; everything written so far is kept", file=sys.stderr)
+        print("interrupted; everything written so far is kept (`mk runs` lists the run; `mk resume RUN` continues a search)",
+              file=sys.stderr)
         return 130
 
 

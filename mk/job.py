@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,24 +88,26 @@ def optimize_task(
         raise ConfigError(f"unknown mode {mode!r}", hint="use auto or search here; `mk hitl TASK` runs the interactive mode")
     tgt = get_target(target)
     meter = budget if isinstance(budget, BudgetMeter) or budget is None else BudgetMeter(budget)
+    out_dir = prepare_output_dir(out)  # checked before the run, so a bad --out does not waste it
     with Store.open(db) as store:
         author, announcement = resolve_author(lm, store=store, budget=meter)
         if on_event:
             on_event("author", {"announcement": announcement})
-        if mode == "search":
-            outcome = _run_search(task, author, lm, store, target, iterations, tune, max_trials, search or {}, on_event)
-        else:
-            outcome = _run_auto(task, author, store, target, iterations, tune, max_trials, meter, on_event)
+        try:
+            if mode == "search":
+                outcome = _run_search(task, author, lm, store, target, iterations, tune, max_trials, search or {}, on_event)
+            else:
+                outcome = _run_auto(task, author, store, target, iterations, tune, max_trials, meter, on_event)
+        except Exception as exc:
+            unusable = _unusable_lm(exc)
+            if unusable is None:
+                raise
+            raise unusable from None
     run_id, suite_hash, best, stop, rows = outcome
     declined = getattr(author, "declined", {})
     if not rows and declined:
         stop = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
-    out_dir = Path(out) if out else Path("mk-out")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    kernel_path = None
-    if best is not None:
-        kernel_path = out_dir / f"{task.name}_{target}.py"
-        kernel_path.write_text(with_provenance(best, task, suite_hash, tgt))
+    kernel_path = out_dir / f"{task.name}_{target}.py" if best is not None else None
     report = OptimizeReport(
         status="correct" if best else "no_correct_candidate",
         run_id=run_id,
@@ -120,8 +123,42 @@ def optimize_task(
         iterations=rows,
         declined=declined,
     )
-    Path(report.report_path).write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if best is not None and kernel_path is not None:
+            kernel_path.write_text(with_provenance(best, task, suite_hash, tgt))
+        Path(report.report_path).write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    except OSError as exc:
+        raise ConfigError(f"cannot write the results to {out_dir}: {exc}",
+                          hint=f"the run is kept in the store: `mk show {run_id} --code` prints the best kernel") from None
     return report
+
+
+def _unusable_lm(exc: BaseException) -> ConfigError | None:
+    """A ConfigError saying what to do when ``exc`` means the LM cannot be used at all (no key, bad key, no
+    billing), else None. Transient LM errors (rate limits, timeouts) are not this."""
+    try:
+        from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationError
+    except ImportError:  # pragma: no cover - another DSPy version
+        return None
+    if not isinstance(exc, (LMAuthError, LMBillingError, LMConfigurationError)):
+        return None
+    return ConfigError(f"the language model cannot be used: {str(exc).splitlines()[0]}",
+                       hint="set the provider's API key (e.g. GEMINI_API_KEY), pick another --lm, or use --lm offline")
+
+
+def prepare_output_dir(out: str | Path | None) -> Path:
+    """The folder for the kernel and report (default ``mk-out``), created now; ConfigError when it cannot be written."""
+    out_dir = Path(out).expanduser() if out else Path("mk-out")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".mk-write-check-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write to the output folder {out_dir}: {exc}",
+                          hint="pass --out (out=) a folder you can write to") from None
+    return out_dir
 
 
 def _run_auto(task, author, store, target, iterations, tune, max_trials, meter, on_event):
@@ -132,10 +169,18 @@ def _run_auto(task, author, store, target, iterations, tune, max_trials, meter, 
     run_id = store.create_run(task.fingerprint(), "auto", {"target": target, "author": author.name})
     if hasattr(author, "bind_run"):
         author.bind_run(run_id)  # the LM calls from here on (test synthesis included) belong to this run
-    run_task, suite = prepare_suite(author, task, target)
-    auto = Auto(author, target=target, iterations=iterations, store=store, tune=tune, max_trials=max_trials,
-                budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
-    traj = auto.run(run_task, suite=suite, run_id=run_id)
+    try:
+        run_task, suite = prepare_suite(author, task, target)
+        auto = Auto(author, target=target, iterations=iterations, store=store, tune=tune, max_trials=max_trials,
+                    budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
+        traj = auto.run(run_task, suite=suite, run_id=run_id)
+    except KeyboardInterrupt:  # keep what was written, and say so in the run's row instead of leaving it 'running'
+        store.finish_run(run_id, "interrupted", f"stopped by Ctrl-C; its snapshots and trials are kept (mk show {run_id})")
+        raise
+    except Exception as exc:
+        if _unusable_lm(exc) is not None:
+            store.finish_run(run_id, "failed", f"the language model cannot be used: {str(exc).splitlines()[0][:300]}")
+        raise
     b = traj.best
     best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale) if b else None
     rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,

@@ -78,7 +78,7 @@ def builtin_path(task_id: str) -> Path:
     close = difflib.get_close_matches(name, known, n=5, cutoff=0.4)
     # A bare number prefix ("12p" or "12") is a common short form: offer those too.
     close += [i for i in known if i.split("_", 1)[0].rstrip("pk") == name.rstrip("pk") and i not in close]
-    hint = f"did you mean: {', '.join(f'{suite}:{c}' for c in close)}" if close else "run `mk tasks` to list the built-in tasks"
+    hint = f"did you mean: {', '.join(f'{suite}:{c}' for c in close)}" if close else "run `mk tasks jaxbench` to list the built-in tasks"
     raise TaskError(f"no built-in task {task_id!r} in suite {suite!r}", hint=hint)
 
 

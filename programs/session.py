@@ -110,7 +110,7 @@ class Session:
                 rows = store.query("SELECT id FROM runs WHERE id LIKE ?", [run_id + "%"]) if run_id else []
                 run = store.get_run(rows[0]["id"]) if len(rows) == 1 else None
             if run is None:
-                raise StoreError(f"there is no single run matching {run_id!r} in {store.path}",
+                raise StoreError(f"there is no run {run_id!r} (nor one run whose id starts with it) in {store.path}",
                                  hint="`mk runs` lists the runs; give the id or a unique prefix of it")
             run_id = run["id"]
             cfg = dict(run.get("config") or {})
@@ -254,8 +254,12 @@ class Session:
         if best is None:
             raise ConfigError("this session has no correct kernel to save yet", hint="step further, or edit the code")
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(with_provenance(best, self.task, self.traj.suite_hash, get_target(self.target)))
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(with_provenance(best, self.task, self.traj.suite_hash, get_target(self.target)))
+        except OSError as exc:
+            raise ConfigError(f"cannot write the kernel to {p}: {exc}",
+                              hint=f"save to a writable path; the session is kept in the store (run {self.run_id})") from None
         return p
 
     # --- display -------------------------------------------------------------------

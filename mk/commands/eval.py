@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,14 @@ def run(args: argparse.Namespace) -> int:
     if args.scale:  # restrict the task as `mk optimize --scale` does, so the suite hash matches the kernel's header
         task = task.with_scales({args.scale: task.scale(args.scale)})
     candidate = load_candidate(args.candidate)
-    result = evaluate(task, candidate, target=args.target, scale=args.scale, measure=args.measure, require_pallas=args.require_pallas)
     db = args.db or os.environ.get("MK_DB")
+    if db:  # a locked or unwritable store fails now, before the evaluation
+        from mk.store import Store
+
+        Store.open(db).close()
+    if not args.json:
+        _announce(task, args, candidate.source)
+    result = evaluate(task, candidate, target=args.target, scale=args.scale, measure=args.measure, require_pallas=args.require_pallas)
     if db:
         record(db, result)
     if args.json:
@@ -54,6 +61,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         _table(result)
     return 0 if result.status == "correct" else 1
+
+
+def _announce(task: Any, args: argparse.Namespace, source: str) -> None:
+    """Say what is about to run (on stderr), since the judge shows nothing until it is done."""
+    import re
+
+    from mk.targets import get_target
+
+    written = re.search(r"^# target: (\w+);", source[:2000], re.M) if source.startswith("# mk ") else None
+    if written and written.group(1) != args.target:
+        print(f"note: mk wrote this kernel for --target {written.group(1)}; judging it for {args.target}", file=sys.stderr)
+
+    slow = get_target(args.target).mode() == "interpret" and not args.scale and len(task.scales) > 1
+    print(f"judging {args.candidate} on {task.name} for {args.target} at scale {', '.join(task.scales)}"
+          + ("; the kernel runs interpreted on this CPU, which takes long at full scale: --scale ci checks quickly" if slow else ""),
+          file=sys.stderr, flush=True)
 
 
 def record(db: str, result: Any) -> str | None:

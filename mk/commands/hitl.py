@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mk.commands.optimize import non_negative_int, positive_int
 from mk.errors import ConfigError
 
 CHOICES = {"a": "approve", "approve": "approve", "": "approve", "e": "edit", "edit": "edit", "r": "redo", "redo": "redo",
@@ -33,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", default=None, help="restrict the task to this scale (default: every scale it defines)")
     p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
-    p.add_argument("--iterations", type=int, default=None, help="iteration limit (default 4, or the resumed run's)")
-    p.add_argument("--trials", type=int, default=6, help="autotuning trials per candidate")
+    p.add_argument("--iterations", type=positive_int, default=None, help="iteration limit (default 4, or the resumed run's)")
+    p.add_argument("--trials", type=non_negative_int, default=6, help="autotuning trials per candidate (0: no tuning)")
     p.add_argument("--out", default="mk-out", help="folder for the best kernel")
     p.set_defaults(func=run)
 
@@ -47,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, file=sys.stdout)
     if not args.task and not args.resume:
         raise ConfigError("name a task, or a run to resume", hint="mk hitl examples/rmsnorm.py  or  mk hitl --resume RUN_ID")
+    from mk.job import prepare_output_dir
+
+    prepare_output_dir(args.out)  # a bad --out fails now, not after the session
     author, announcement = _author(args.lm)
     if announcement:
         console.print(f"[bold]{announcement}[/]")
@@ -90,7 +94,8 @@ def _ask(console: Any, session: Any) -> str:
         choice = CHOICES.get(line.strip().lower())
         if choice:
             return choice
-        console.print(f"unknown answer {line.strip()!r}")
+        console.print(f"unknown answer {line.strip()!r}: a (or Enter) runs the next phase, e edits the plan or code, "
+                      "r runs the last phase again, q stops (resume later with --resume)", markup=False)
 
 
 def _edit(console: Any, session: Any) -> None:

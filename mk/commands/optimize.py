@@ -8,6 +8,22 @@ import json
 from typing import Any
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("optimize", help="optimise a task: plan, write, verify, tune and keep the fastest correct kernel")
     p.add_argument("task", help="an mk task module, a MaxKernel task dir, a JAXBench baseline.py or jaxbench:<id>")
@@ -21,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
     p.add_argument("--target", choices=["tpu", "gpu", "cpu"], default="tpu")
     p.add_argument("--scale", default=None, help="restrict the task to this scale (default: every scale it defines)")
-    p.add_argument("--iterations", type=int, default=4)
-    p.add_argument("--trials", type=int, default=6, help="autotuning trials per candidate")
+    p.add_argument("--iterations", type=positive_int, default=4, help="plan-implement-test rounds (at least 1; default 4)")
+    p.add_argument("--trials", type=non_negative_int, default=6, help="autotuning trials per candidate (0: no tuning)")
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--out", default="mk-out", help="folder for the kernel and the JSON report")
     p.add_argument("--json", action="store_true", help="print status, run_id, kernel_path, speedup as JSON")
@@ -81,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         speed = f"{report.speedup:.2f}x" if report.speedup is not None else "not measured (no device of this kind here)"
         console.print(f"[bold]{report.status}[/]: {report.stop_reason}")
-        if report.kernel_path:
-            console.print(f"kernel: {report.kernel_path}  speedup: {speed}  report: {report.report_path}  run: {report.run_id}")
+        if report.kernel_path:  # one unbroken line: paths stay copyable when the output is piped
+            console.print(f"kernel: {report.kernel_path}  speedup: {speed}  report: {report.report_path}  run: {report.run_id}",
+                          soft_wrap=True)
+        else:
+            console.print(f"report: {report.report_path}  run: {report.run_id}", soft_wrap=True)
     return 0 if report.status == "correct" else 1
 

@@ -113,7 +113,7 @@ def evaluate(
              for d in timing_dirs if d.startswith("timing")}
     by_dir = {f"case_{i:03d}": x for i, x in enumerate(plan.inputs)}
     plan.timing_inputs = {d: extra[d] if d in extra else by_dir[d] for d in timing_dirs}
-    reference = ReferenceCache(task).export(timed) if spec.get("timing") else None
+    reference = ReferenceCache(task).export(timed, ("cpu", tgt.platform)) if spec.get("timing") else None
     workdir = prepare_workdir(cand.source, spec, plan.inputs, reference, extra_inputs=extra)
     try:
         env = {"JAX_PLATFORMS": "cpu"} if tgt.name == "cpu" else {}

@@ -190,14 +190,23 @@ class ReferenceCache:
             ) from exc
         return [np.asarray(x) for x in leaves]
 
-    def export(self, scale: str) -> bytes:
-        """The reference at ``scale`` as a serialized ``jax.export`` artifact for CPU (no source inside)."""
+    def export(self, scale: str, platforms: Sequence[str] = ("cpu",)) -> bytes:
+        """The reference at ``scale`` as a serialized ``jax.export`` artifact (no source inside) that runs on each of
+        ``platforms`` (e.g. ``("cpu", "tpu")``, so the worker can time it on the target's device)."""
         import jax
         from jax import export
 
         structs = self.task.arg_structs(scale)
+        fn = jax.jit(self.task.bind(self.task.reference, scale))
+        wanted = list(dict.fromkeys(platforms))
         with jax.default_matmul_precision("highest"):
-            exp = export.export(jax.jit(self.task.bind(self.task.reference, scale)), platforms=["cpu"])(*structs)
+            try:
+                exp = export.export(fn, platforms=wanted)(*structs)
+            except Exception as exc:  # a reference that cannot lower for the device stays timeable on the CPU only
+                if wanted == ["cpu"]:
+                    raise
+                log.warning("the reference of %s cannot be exported for %s (%s); exporting for cpu only", self.task.name, wanted, exc)
+                exp = export.export(fn, platforms=["cpu"])(*structs)
         return bytes(exp.serialize())
 
 

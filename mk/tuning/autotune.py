@@ -77,7 +77,8 @@ def autotune(
         res = evaluate(task, candidate, target=target, suite=suite, config={})
         return TuneResult({}, res, [], measured=bool(res.timing and res.timing.measured), note="no CONFIG_SPACE: nothing to tune")
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # ERROR: Optuna would log every failed trial (and an interrupt) with a traceback; mk reports trials itself
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = None
     if store is not None:
         from mk.tuning.journal import journal_storage
@@ -92,10 +93,13 @@ def autotune(
         study.enqueue_trial(default)  # the grid already holds it
     fast = suite.subset(subset)
     outcomes: list[TrialOutcome] = []
+    seen: dict[str, EvalResult] = {}  # a sampler may repeat a config: judge each config once
 
     def objective(trial: "optuna.Trial") -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
-        res = evaluate(task, candidate, target=target, suite=fast, config=params)
+        key = repr(sorted(params.items()))
+        res = seen.get(key) or evaluate(task, candidate, target=target, suite=fast, config=params)
+        seen[key] = res
         seconds = res.timing.candidate_median_s if res.timing and res.timing.measured else None
         outcome = TrialOutcome(trial.number, params, res.status, res.reason, seconds)
         outcomes.append(outcome)
