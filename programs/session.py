@@ -120,7 +120,7 @@ class Session:
             raise ConfigError(f"run {run_id} was driven by the {cfg['author']!r} author", hint="pass author= to resume it")
         if not locator:
             raise TaskError(f"run {run_id} does not record where its task lives, so it cannot be resumed",
-                            hint="start a new Session on the task")
+                            hint="start a new run on the task (mk optimize TASK, or Session(task) in Python)")
         full = load_task(locator)
         # a HITL run records the scales it kept; for another run try each single scale, then all of them
         choices = [cfg["scales"]] if cfg.get("scales") else [[n] for n in full.scales] + ([list(full.scales)] if len(full.scales) > 1 else [])

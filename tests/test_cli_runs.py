@@ -54,4 +54,35 @@ def test_show_unknown_run_and_resume_non_search(tmp_path, capsys):
     assert main(["show", "nope", "--db", db]) != 0
     assert "no run matches" in capsys.readouterr().err
     assert main(["resume", rid, "--db", db]) != 0
-    assert "not a search" in capsys.readouterr().err
+    assert "cannot be resumed" in capsys.readouterr().err  # an auto run with no task record
+
+
+def test_resume_an_interrupted_auto_run_writes_its_kernel(tmp_path, capsys):
+    """An `mk optimize` (auto) run stopped after its first snapshot is continued by `mk resume` from the store."""
+    import json as _json
+    from pathlib import Path as _Path
+
+    from mk.author.adapter import OfflineAuthorAdapter
+    from mk.cli import main
+    from mk.loaders import load_task
+    from mk.programs.auto import Auto
+    from mk.store import Store
+
+    examples = _Path(__file__).resolve().parents[1] / "examples"
+    task = load_task(examples / "softmax.py")
+    task = task.with_scales({"ci": task.scale("ci")})
+    db = tmp_path / "db.duckdb"
+    with Store.open(db) as store:
+        auto = Auto(OfflineAuthorAdapter(), target="tpu", iterations=3, store=store, max_trials=1)
+        traj = auto.start(task)
+        while not traj.snapshots:  # ... and then the process dies: the run stays "running"
+            auto.step(traj)
+        run_id = traj.run_id
+        assert store.get_run(run_id)["status"] == "running"
+    rc = main(["resume", run_id[:10], "--db", str(db), "--out", str(tmp_path / "out"), "--json"])
+    summary = _json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and summary["status"] == "correct" and summary["resumed_from"] == 1
+    assert summary["snapshots"] >= 1 and _Path(summary["kernel_path"]).is_file()
+    with Store.open(db) as store:
+        assert store.get_run(run_id)["status"] == "correct"
+        assert len(store.snapshots(run_id)) == summary["snapshots"]  # nothing redone

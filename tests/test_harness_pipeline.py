@@ -285,3 +285,13 @@ def test_implausible_speedups_are_flagged():
     normal = summarize(np.full(12, 1e-3), np.full(12, 2e-3), scale="ci", input_sets=3)
     assert plausibility_flags(normal) == []
     assert any("roofline" in f for f in plausibility_flags(normal, roofline_floor_s=5e-3))
+
+
+def test_noisy_timings_are_flagged():
+    from mk.harness.timing import plausibility_flags, summarize
+
+    rng = np.random.default_rng(0)
+    noisy = summarize(np.concatenate([np.full(6, 1e-3), np.full(6, 4e-3)]), np.full(12, 2e-3), scale="ci", input_sets=3)
+    assert any(f.startswith("noisy: the candidate") for f in plausibility_flags(noisy))
+    steady = summarize(1e-3 + rng.uniform(0, 1e-5, 12), np.full(12, 2e-3), scale="ci", input_sets=3)
+    assert not any(f.startswith("noisy") for f in plausibility_flags(steady))

@@ -21,11 +21,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--code", action="store_true", help="also print the best node's code")
     p.set_defaults(func=show)
 
-    p = sub.add_parser("resume", help="continue a search run that was interrupted: completed nodes are kept, missing ones run")
+    p = sub.add_parser("resume", help="continue an interrupted run: a search keeps its completed nodes and runs the missing "
+                                      "ones; an auto or HITL run keeps its snapshots and continues at the next plan")
     p.add_argument("run", help="a run id (or a unique prefix of one)")
     p.add_argument("--db", default=None)
     p.add_argument("--workers", choices=["process", "inline", "ray"], default=None, help="override the run's worker backend")
     p.add_argument("--max-workers", type=int, default=None)
+    p.add_argument("--lm", default=None, help="the author for an auto/HITL run driven by a model (default: the offline author)")
+    p.add_argument("--out", default="mk-out", help="folder for the best kernel")
     p.add_argument("--json", action="store_true", help="print the resumed run's summary as JSON")
     p.set_defaults(func=resume)
 
@@ -81,6 +84,24 @@ def show(args: argparse.Namespace) -> int:
 
 
 def resume(args: argparse.Namespace) -> int:
+    from mk.store import Store
+
+    with Store.open(args.db) as store:
+        run = _find_run(store, args.run)
+    if run.get("mode") == "search":
+        summary = _resume_search(args, run)
+    else:
+        summary = _resume_session(args, run)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"run {summary['run_id']}: {summary['status']}; {summary['progress']}; {summary['stop_reason']}")
+        if summary.get("kernel_path"):
+            print(f"kernel: {summary['kernel_path']}")
+    return 0 if summary["status"] == "correct" else 1
+
+
+def _resume_search(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
     from mk.programs.search import Search
     from mk.store import Store
 
@@ -90,18 +111,61 @@ def resume(args: argparse.Namespace) -> int:
     if args.max_workers:
         overrides["max_workers"] = args.max_workers
     with Store.open(args.db) as store:
-        run = _find_run(store, args.run)
         before = len(store.nodes(run["id"]))
         result = Search.resume(run["id"], store=store, **overrides)
     best = result.best
-    summary = {"run_id": result.run_id, "status": result.status, "nodes": len(result.nodes), "resumed_from": before,
-               "best_node": best.key if best else None, "speedup": best.speedup if best else None, "stop_reason": result.stop_reason}
-    if args.json:
-        print(json.dumps(summary))
+    kernel = None
+    if best is not None:
+        from mk.job import Best
+
+        kernel = _write_kernel(args, run, Best(best.code, best.status, best.speedup, best.plan or best.key, {}, best.plan))
+    return {"run_id": result.run_id, "mode": "search", "status": result.status, "nodes": len(result.nodes), "resumed_from": before,
+            "progress": f"{len(result.nodes)} nodes ({before} kept, {len(result.nodes) - before} new)",
+            "best_node": best.key if best else None, "speedup": best.speedup if best else None,
+            "stop_reason": result.stop_reason, "kernel_path": kernel}
+
+
+def _resume_session(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
+    from mk.programs.session import Session
+
+    author = None
+    if args.lm and args.lm != "offline":
+        from mk.authors import resolve_author
+
+        author, _ = resolve_author(args.lm)
+    session = Session.resume(run["id"], db=args.db, author=author)
+    before = len(session.snapshots)
+    best = session.run_to_end()
+    kernel = _write_kernel(args, run, best, session) if best is not None else None
+    return {"run_id": session.run_id, "mode": run.get("mode"), "status": "correct" if best else "no_correct_candidate",
+            "snapshots": len(session.snapshots), "resumed_from": before,
+            "progress": f"{len(session.snapshots)} snapshots ({before} kept, {len(session.snapshots) - before} new)",
+            "speedup": best.speedup if best else None, "stop_reason": session.traj.stop_reason, "kernel_path": kernel}
+
+
+def _write_kernel(args: argparse.Namespace, run: dict[str, Any], best: Any, session: Any = None) -> str | None:
+    """The resumed run's best kernel, with its provenance header, into --out."""
+    from pathlib import Path
+
+    from mk.job import prepare_output_dir, with_provenance
+    from mk.loaders import load_task
+    from mk.store import Store
+    from mk.targets import get_target
+
+    target = (run.get("config") or {}).get("target") or (run.get("config") or {}).get("search", {}).get("target") or "tpu"
+    if session is not None:
+        task, suite_hash = session.task, session.traj.suite_hash
     else:
-        print(f"run {result.run_id}: {result.status}; {len(result.nodes)} nodes ({before} kept, {len(result.nodes) - before} new); "
-              f"{result.stop_reason}")
-    return 0 if best else 1
+        with Store.open(args.db) as store:
+            row = store.get_task(run["task_fingerprint"]) if run.get("task_fingerprint") else None
+        if not row or not row.get("source"):
+            return None
+        task = load_task(row["source"])
+        suite_hash = (run.get("config") or {}).get("suite_hash", "")
+    out = prepare_output_dir(args.out)
+    path = Path(out) / f"{task.name}_{target}.py"
+    path.write_text(with_provenance(best, task, suite_hash, get_target(target)))
+    return str(path)
 
 
 def describe_run(store: Any, run: dict[str, Any]) -> dict[str, Any]:

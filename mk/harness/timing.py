@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from mk.harness.results import TimingResult
 
 #: speedups above this are flagged for review, never celebrated
+#: interquartile range above this share of the median marks a timing as noisy
+NOISY_SPREAD = 0.5
 IMPLAUSIBLE_SPEEDUP = 10.0
 MIN_INPUT_SETS = 3
 
@@ -101,6 +103,11 @@ def plausibility_flags(timing: "TimingResult", roofline_floor_s: float | None = 
         flags.append(
             f"implausible: candidate median {timing.candidate_median_s:.3g} s is below the roofline floor {roofline_floor_s:.3g} s"
         )
+    for side in ("candidate", "reference"):
+        median, iqr = getattr(timing, f"{side}_median_s"), getattr(timing, f"{side}_iqr_s")
+        if timing.measured and median and iqr is not None and iqr > NOISY_SPREAD * median:
+            flags.append(f"noisy: the {side}'s timing spread (IQR {iqr / median:.0%} of the median) is too wide to rank on; "
+                         "rerun on a quieter machine")
     return flags
 
 
