@@ -157,7 +157,7 @@ def test_timing_rotates_three_input_sets_with_a_small_suite(task, small_suite):
     r = evaluate(task, PURE, suite=small_suite, timing=TimingOptions(budget_s=0.2, min_reps=6, max_reps=50), timeouts=FAST)
     assert r.status == "correct", r.reason
     assert r.timing.measured and r.timing.input_sets == 3 and 6 <= r.timing.runs <= 50
-    assert r.flags == [] or all(f.startswith("implausible") for f in r.flags)
+    assert all(f.startswith(("implausible", "noisy")) for f in r.flags)  # a loaded machine may make timings noisy
 
 
 def test_incorrect_output(task, small_suite):
