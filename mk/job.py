@@ -193,6 +193,7 @@ def _run_search(task, author, lm, store, target, iterations, tune, max_trials, o
     from mk.programs.search import Search, SearchConfig
 
     offline = lm in (None, "offline") and author.name == "offline"
+    options = dict(options)  # the caller's search= dict is left as it was
     fields = {"target": target, "iterations": max(1, min(iterations, options.pop("iterations", iterations))), "tune": tune,
               "max_trials": max_trials, **options}
     if not offline:

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
+from mk.errors import MkError, TaskError
 from mk.harness.results import EvalResult
 from mk.task import Task
 
@@ -104,10 +105,8 @@ def profile(task: Task, result: EvalResult, target: str, *, scale: str | None = 
                                                          analysis.compute_dtype)
     except Exception as exc:  # analysis is advisory: a failure is a note, not a crash
         report.notes.append(f"task analysis unavailable: {type(exc).__name__}: {exc}")
-    from mk.targets import get_target as _get
-
     if trace is None:
-        trace = candidate is not None and target != "cpu" and _get(target).device_present()
+        trace = candidate is not None and target != "cpu" and tgt.device_present()
     if trace and candidate is not None and result.status == "correct":
         try:
             report.heaviest_ops = device_trace(task, candidate, target, scale=scale or (result.scales[-1] if result.scales else None))
@@ -174,7 +173,8 @@ def device_trace(task: Task, candidate: Any, target: str, *, scale: str | None =
 
     source = candidate.source if isinstance(candidate, Candidate) else str(candidate)
     if task.source is None or not Path(task.source).is_file():
-        raise ValueError(f"task {task.name!r} has no source file to re-load in the profiling process")
+        raise TaskError(f"task {task.name!r} has no source file to re-load in the profiling process",
+                        hint="load the task from a file (a task module or benchmark dir) to trace it on the device")
     with tempfile.TemporaryDirectory(prefix="mk-trace-") as tmp:
         work = Path(tmp)
         (work / "candidate.py").write_text(source)
@@ -188,10 +188,11 @@ def device_trace(task: Task, candidate: Any, target: str, *, scale: str | None =
                               text=True, timeout=timeout_s)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-            raise RuntimeError(f"the profiling run failed: {tail[0][:300]}")
+            raise MkError(f"the profiling run failed: {tail[0][:300]}",
+                          hint="check that the candidate runs on this device (e.g. `mk eval` it) and that jax.profiler works here")
         found = find_trace(work / "trace")
         if found is None:
-            raise RuntimeError("the profiler wrote no trace")
+            raise MkError("the profiler wrote no trace", hint="check that jax.profiler can write traces on this machine")
         return parse_trace(found)
 
 

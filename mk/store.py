@@ -273,6 +273,20 @@ class Store:
         """The run's row, or None when there is no such run."""
         return self._one("SELECT * FROM runs WHERE id = ?", [run_id])
 
+    def find_run(self, ident: str) -> dict[str, Any]:
+        """The run whose id is ``ident`` or, failing that, the one run whose id starts with it (as `mk runs` prints ids)."""
+        run = self.get_run(ident)
+        if run is None and ident:
+            rows = self.query("SELECT id FROM runs WHERE id LIKE ?", [ident + "%"])
+            run = self.get_run(rows[0]["id"]) if len(rows) == 1 else None
+            if len(rows) > 1:
+                raise StoreError(f"{len(rows)} runs have ids starting with {ident!r} in {self.path}",
+                                 hint="`mk runs` lists the runs; give more of the id")
+        if run is None:
+            raise StoreError(f"no run matches {ident!r} in {self.path} (as its id or a unique prefix of one)",
+                             hint="`mk runs` lists the runs; give the id or a unique prefix of it")
+        return run
+
     def list_runs(self, *, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first."""
         sql = "SELECT * FROM runs ORDER BY started_at DESC"

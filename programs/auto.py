@@ -158,10 +158,6 @@ class PhaseResult:
     message: str = ""
 
 
-# kept for callers written against the first version
-AutoResult = Trajectory
-
-
 class Auto:
     def __init__(
         self,

@@ -39,7 +39,7 @@ from mk.harness.suite import DEFAULT_DISTRIBUTIONS, DEFAULT_SEEDS, Case
 from mk.lm import agent_scope, node_scope
 from mk.profile import ProfileReport
 from mk.programs.auto import Context, Plan
-from mk.programs.validation import as_text, positional_count
+from mk.programs.validation import positional_count
 from mk.task import Scale, Task
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mk.author.proposal import Proposal
-from mk.errors import ConfigError, StoreError, TaskError
+from mk.errors import ConfigError, TaskError
 from mk.harness.results import EvalResult
 from mk.harness.suite import build_suite
 from mk.profile import ProfileReport
@@ -82,14 +82,12 @@ class Session:
         self._auto = Auto(_SkipTried(self.author, _resume["tried"] if _resume else []), target=target, iterations=iterations,
                           evaluate=evaluate, tune=tune, max_trials=max_trials, max_fixes=max_fixes, on_event=on_event)
         suite = _resume["suite"] if _resume else build_suite(task)
-        with self._store() as store:
-            self._auto.store = store
+        with self._bound_store() as store:
             run_id = _resume["run_id"] if _resume else store.create_run(task.fingerprint(), MODE, {
                 "target": target, "author": self.author.name, "suite_hash": suite.hash, "locator": dict(task.locator),
                 "scales": list(task.scales), "iterations": iterations, "tune": tune, "max_trials": max_trials,
                 "max_fixes": max_fixes})
             self.traj: Trajectory = self._auto.start(task, suite=suite, run_id=run_id, mode=MODE)
-            self._auto.store = None
         if _resume:
             self.traj.snapshots = _resume["snapshots"]
             self.traj.parent = next((s.node_id for s in reversed(self.traj.snapshots) if s.node_id), None)
@@ -105,13 +103,7 @@ class Session:
 
         spec, shared = _store_spec(db)
         with _open(spec, shared) as store:
-            run = store.get_run(run_id)
-            if run is None:  # a unique prefix, as `mk runs` prints
-                rows = store.query("SELECT id FROM runs WHERE id LIKE ?", [run_id + "%"]) if run_id else []
-                run = store.get_run(rows[0]["id"]) if len(rows) == 1 else None
-            if run is None:
-                raise StoreError(f"there is no run {run_id!r} (nor one run whose id starts with it) in {store.path}",
-                                 hint="`mk runs` lists the runs; give the id or a unique prefix of it")
+            run = store.find_run(run_id)
             run_id = run["id"]
             cfg = dict(run.get("config") or {})
             locator = cfg.get("locator") or _locator_from_task_row(store.get_task(run["task_fingerprint"] or ""))
@@ -177,15 +169,9 @@ class Session:
     # --- driving -------------------------------------------------------------------
     def step(self) -> StepResult:
         """Run the next phase and return what it produced."""
-        with self._store() as store:
-            self._auto.store = store
-            try:
-                res = self._auto.step(self.traj)
-            finally:
-                self._auto.store = None
-        out = StepResult(res.phase, res.artifact, res.ok, res.message)
-        self.history.append(out)
-        return out
+        with self._bound_store():
+            res = self._auto.step(self.traj)
+        return self._record(res)
 
     def approve(self) -> StepResult:
         """Accept what the last phase produced and run the next one."""
@@ -219,19 +205,13 @@ class Session:
         note = "" if "(code edited by hand)" in old.rationale else " (code edited by hand)"
         a.proposal = Proposal(old.name, source, old.rationale + note, old.template)
         a.failure, a.fixes, a.validation, a.test, a.tuned, a.profile = None, 0, None, None, None, None
-        with self._store() as store:
-            self._auto.store = store
-            try:
-                res = self._auto.accept_code(self.traj, "edit")  # the same node update + candidate build as authored code
-                if a.node_id:
-                    meta = dict((store.get_node(a.node_id) or {}).get("meta") or {})
-                    meta["human_edits"] = int(meta.get("human_edits", 0)) + 1
-                    store.update_node(a.node_id, meta=meta)
-            finally:
-                self._auto.store = None
-        out = StepResult(res.phase, res.artifact, res.ok, res.message)
-        self.history.append(out)
-        return out
+        with self._bound_store() as store:
+            res = self._auto.accept_code(self.traj, "edit")  # the same node update + candidate build as authored code
+            if a.node_id:
+                meta = dict((store.get_node(a.node_id) or {}).get("meta") or {})
+                meta["human_edits"] = int(meta.get("human_edits", 0)) + 1
+                store.update_node(a.node_id, meta=meta)
+        return self._record(res)
 
     def redo(self) -> str:
         """Make the last phase run again at the next step; returns its name."""
@@ -282,6 +262,21 @@ class Session:
 
     def _store(self) -> contextlib.AbstractContextManager[Any]:
         return _open(self._db, self._shared)
+
+    @contextlib.contextmanager
+    def _bound_store(self) -> Iterator[Any]:
+        """The store, lent to Auto for the duration of one phase (Auto writes nodes, evaluations and trials to it)."""
+        with self._store() as store:
+            self._auto.store = store
+            try:
+                yield store
+            finally:
+                self._auto.store = None
+
+    def _record(self, res: PhaseResult) -> StepResult:
+        out = StepResult(res.phase, res.artifact, res.ok, res.message)
+        self.history.append(out)
+        return out
 
 
 # --- the author, as seen on a resumed session ----------------------------------------------

@@ -3,7 +3,6 @@
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -157,15 +156,9 @@ def test_cli_json_declined_suite_and_errors(tmp_path, capsys):
         run_bench(BenchConfig(str(root), target="cpu", tasks=["nope"], db=tmp_path / "c2.duckdb"))
     with pytest.raises(ConfigError, match="unknown benchmark method"):
         run_bench(BenchConfig(str(root), target="cpu", methods=("greedy",), db=tmp_path / "c3.duckdb"))
-    try:
-        import mk.programs.search  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match="search mode unavailable"):
-            run_bench(BenchConfig(str(root), target="cpu", methods=("search",), db=tmp_path / "c4.duckdb"))
 
 
 def test_bench_search_mode_with_scripted_author(tmp_path):
-    pytest.importorskip("mk.programs.search")
     root = _suite(tmp_path, {"tanh2": TANH})
     res = run_bench(BenchConfig(str(root), target="cpu", methods=("search",), scale="ci", tune=False, db=tmp_path / "s.duckdb",
                                 out=tmp_path / "o", author_factory=ScriptedAuthor,

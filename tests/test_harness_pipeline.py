@@ -295,3 +295,11 @@ def test_noisy_timings_are_flagged():
     assert any(f.startswith("noisy: the candidate") for f in plausibility_flags(noisy))
     steady = summarize(1e-3 + rng.uniform(0, 1e-5, 12), np.full(12, 2e-3), scale="ci", input_sets=3)
     assert not any(f.startswith("noisy") for f in plausibility_flags(steady))
+
+
+def test_timeouts_mapping_with_an_unknown_phase_says_which_exist(task):
+    from mk.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        evaluate(task, PURE, target="cpu", scale="ci", timeouts={"compil": 5})
+    assert "compil_s" in str(err.value) and "compile_s" in (err.value.hint or "")

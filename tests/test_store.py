@@ -98,6 +98,22 @@ def test_runs_nodes_edges(store):
         store.finish_run("missing", "done")
 
 
+def test_find_run_by_id_or_unique_prefix(store):
+    ids = [store.create_run(None, "auto", {}) for _ in range(17)]  # hex ids: two of 17 share a first digit
+    a = ids[0]
+    assert store.find_run(a)["id"] == a
+    first = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) >= 2)
+    shared = [i for i in ids if i.startswith(first)]
+    with pytest.raises(StoreError, match=f"{len(shared)} runs have ids starting with '{first}'"):
+        store.find_run(first)
+    unique = next(i for i in ids if sum(j.startswith(i[:8]) for j in ids) == 1)
+    assert store.find_run(unique[:8])["id"] == unique
+    with pytest.raises(StoreError, match="no run matches 'zz-nope'"):
+        store.find_run("zz-nope")
+    with pytest.raises(StoreError, match="no run matches"):
+        store.find_run("")
+
+
 def test_evaluations_suites_snapshots_trials(store):
     run = store.create_run(None, "auto", {})
     node = store.add_node(run, None, code="k")

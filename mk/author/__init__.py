@@ -33,7 +33,6 @@ TEMPLATES = (
 #: pure-JAX templates: the only ones offered for cpu; on tpu/gpu they are judged with require_pallas=False
 #: (Auto does that for any proposal whose template is listed here).
 PURE_JAX = ("rewrite",)
-PURE_JAX_TARGETS = ("cpu", "tpu", "gpu")
 
 ANNOUNCEMENT = "no model configured; using the built-in rule-based author, which covers: " + "; ".join(
     desc for _, desc, _ in TEMPLATES
@@ -69,7 +68,7 @@ class OfflineAuthor:
             out.declined["trace"] = f"the reference could not be traced ({type(exc).__name__}: {exc})"
             return out
         for name, _, module in TEMPLATES:
-            if (target not in PURE_JAX_TARGETS) if name in PURE_JAX else (target == "cpu"):
+            if target == "cpu" and name not in PURE_JAX:
                 continue
             try:
                 out.proposals.append(module.propose(task, traced, target))

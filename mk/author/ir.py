@@ -191,7 +191,7 @@ class _Dims:
         parts = [self.dim([s[k] for s in shapes]) for k in range(len(shapes[0]))]
         return f"({parts[0]},)" if len(parts) == 1 else "(" + ", ".join(parts) + ")"
 
-    def number(self, values: list[Any], dtype: np.dtype) -> str:
+    def number(self, values: list[Any]) -> str:
         v0 = values[0]
         if all(v == v0 or (isinstance(v, float) and math.isnan(v) and math.isnan(v0)) for v in values):
             if isinstance(v0, float) and not np.isfinite(v0):
@@ -216,7 +216,7 @@ def render(programs: list[Program], traced: list[Traced]) -> tuple[list[str], li
     def ref(vals: list[Val]) -> str:
         v = vals[0]
         if v.is_const:
-            num = dims.number([x.const for x in vals], v.dtype)
+            num = dims.number([x.const for x in vals])
             if v.shape == ():
                 return f"jnp.asarray({num}, {dtype_expr(v.dtype)})"
             return f"jnp.full({dims.shape([x.shape for x in vals])}, {num}, {dtype_expr(v.dtype)})"

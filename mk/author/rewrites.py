@@ -436,7 +436,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         raise Unsupported(f"the rewrites that apply ({', '.join(fired)}) save {saving:.1%} of the estimated work, "
                           f"under {MIN_SAVING:.0%}; XLA does such simplifications itself")
     lines, outs = render(programs, traced)
-    source = _source(task, lines, outs, fired, saving, target)
+    source = _source(task, lines, outs, fired, saving)
     return Proposal(
         name="rewrite-jax",
         source=source,
@@ -446,11 +446,11 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     )
 
 
-def _source(task: Task, lines: list[str], outs: list[str], fired: list[str], saving: float, target: str) -> str:
+def _source(task: Task, lines: list[str], outs: list[str], fired: list[str], saving: float) -> str:
     n = len(task.args)
     sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
-    body = [f"    {line}" for line in lines] or []
+    body = [f"    {line}" for line in lines]
     return "\n".join([
         f'"""mk offline author: algebraic rewrite of {task.name} in pure JAX (valid on every backend).',
         "",

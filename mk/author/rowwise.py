@@ -28,7 +28,7 @@ class RowLayout:
     row_inputs: tuple[bool, ...]
 
 
-def find_layout(task: Task, traced: Traced) -> RowLayout:
+def find_layout(traced: Traced) -> RowLayout:
     shapes = traced.shapes
     outs = [tuple(v.aval.shape) for v in traced.jaxpr.jaxpr.outvars]
     big = max(range(len(shapes)), key=lambda i: math.prod(shapes[i]) if shapes[i] else 0)
@@ -41,10 +41,10 @@ def find_layout(task: Task, traced: Traced) -> RowLayout:
 
 def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     t0 = traced[0]
-    layout = find_layout(task, t0)
+    layout = find_layout(t0)
     if len(traced) > 1:
         for t in traced[1:]:
-            other = find_layout(task, t)
+            other = find_layout(t)
             if other.lead != layout.lead or other.row_inputs != layout.row_inputs:
                 raise Unsupported("the row layout changes between scales")
     symbolic = symbolic_literals(traced, trailing_from=layout.lead)
@@ -59,7 +59,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     if "dot_general" in body.primitives:
         raise Unsupported("a matrix product: use the matmul template")
     largest_row = max(math.prod(s[layout.lead:]) * np_dtype(a.dtype).itemsize for s, a, r in zip(t0.shapes, task.args, layout.row_inputs) if r)
-    space = _block_rows_space(target, layout, t0, largest_row, n_arrays=len(t0.shapes) + len(jaxpr.outvars))
+    space = _block_rows_space(target, layout, largest_row, n_arrays=len(t0.shapes) + len(jaxpr.outvars))
     source = _render(task, body, layout, target, space)
     return Proposal(
         name=f"rowwise-{target}",
@@ -70,7 +70,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     )
 
 
-def _block_rows_space(target: str, layout: RowLayout, t0: Traced, row_bytes: int, n_arrays: int) -> list[int]:
+def _block_rows_space(target: str, layout: RowLayout, row_bytes: int, n_arrays: int) -> list[int]:
     nrows = math.prod(layout.rows)
     budget = _BUDGET[target]
     options = [b for b in (8, 16, 32, 64, 128, 256, 512, 1024, 2048) if b <= nrows and nrows % b == 0]

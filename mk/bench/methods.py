@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from mk.bench.results import Step, TaskRow
-from mk.errors import ConfigError, MkError
+from mk.errors import MkError
 from mk.task import Task
 
 log = logging.getLogger(__name__)
@@ -201,14 +201,10 @@ def run_best_of_n(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
 # --- search ------------------------------------------------------------------------------------------------
 def run_search(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
     """:class:`mk.programs.search.Search` (inline workers) over Auto nodes; ``author`` must be a factory here,
-    since the search builds one author per node. A typed error when the module is not installed."""
-    try:
-        from mk.programs.search import Search, SearchConfig
-        from mk.programs.search_workers import author_spec
-    except ImportError as exc:
-        raise ConfigError("search mode unavailable: mk.programs.search is not installed in this version",
-                          hint="use --mode auto or --mode best-of-n") from exc
+    since the search builds one author per node."""
     from mk.harness.suite import build_suite
+    from mk.programs.search import Search, SearchConfig
+    from mk.programs.search_workers import author_spec
 
     t0 = time.perf_counter()
     probe = author()

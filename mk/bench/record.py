@@ -35,7 +35,3 @@ def finish_bench(store: Store, bench_id: str, metrics: Mapping[str, Metrics]) ->
     store.execute("UPDATE bench_runs SET metrics = ?, status = 'finished', finished_at = ? WHERE id = ?",
                   [to_json({k: v.to_dict() for k, v in metrics.items()}), _now(), bench_id])
 
-
-def bench_rows(store: Store, bench_id: str) -> list[dict[str, Any]]:
-    """The per-task rows of one benchmark run."""
-    return store.query("SELECT * FROM bench_results WHERE bench_id = ? ORDER BY method, task", [bench_id])

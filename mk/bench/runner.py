@@ -99,12 +99,6 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ConfigError(f"unknown benchmark method(s) {bad}", hint=f"choose from {', '.join(METHODS)}")
-    if "search" in methods:
-        try:
-            import mk.programs.search  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError("search mode unavailable: mk.programs.search is not installed in this version",
-                              hint="use --mode auto or --mode best-of-n") from exc
     tgt = get_target(cfg.target)
     can_time = bool(cfg.measure and tgt.can_time())
     speed_reason = "" if can_time else (

@@ -9,14 +9,14 @@ from typing import Any
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list the runs in the store, newest first")
-    p.add_argument("--limit", type=int, default=30)
+    p.add_argument("--limit", type=int, default=30, help="show at most this many runs (default: 30)")
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--json", action="store_true", help="print the runs as JSON")
     p.set_defaults(func=list_runs)
 
     p = sub.add_parser("show", help="one run: its best node, the best node's lineage and every node's verdict")
     p.add_argument("run", help="a run id (or a unique prefix of one)")
-    p.add_argument("--db", default=None)
+    p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--json", action="store_true", help="print the run as JSON")
     p.add_argument("--code", action="store_true", help="also print the best node's code")
     p.set_defaults(func=show)
@@ -24,9 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("resume", help="continue an interrupted run: a search keeps its completed nodes and runs the missing "
                                       "ones; an auto or HITL run keeps its snapshots and continues at the next plan")
     p.add_argument("run", help="a run id (or a unique prefix of one)")
-    p.add_argument("--db", default=None)
+    p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--workers", choices=["process", "inline", "ray"], default=None, help="override the run's worker backend")
-    p.add_argument("--max-workers", type=int, default=None)
+    p.add_argument("--max-workers", type=int, default=None, help="override the run's number of parallel workers")
     p.add_argument("--lm", default=None, help="the author for an auto/HITL run driven by a model (default: the offline author)")
     p.add_argument("--out", default="mk-out", help="folder for the best kernel")
     p.add_argument("--json", action="store_true", help="print the resumed run's summary as JSON")
@@ -63,7 +63,7 @@ def show(args: argparse.Namespace) -> int:
     from mk.store import Store
 
     with Store.open(args.db) as store:
-        run = _find_run(store, args.run)
+        run = store.find_run(args.run)
         info = describe_run(store, run)
     if args.json:
         print(json.dumps(info, default=str))
@@ -87,7 +87,7 @@ def resume(args: argparse.Namespace) -> int:
     from mk.store import Store
 
     with Store.open(args.db) as store:
-        run = _find_run(store, args.run)
+        run = store.find_run(args.run)
     if run.get("mode") == "search":
         summary = _resume_search(args, run)
     else:
@@ -190,19 +190,6 @@ def describe_run(store: Any, run: dict[str, Any]) -> dict[str, Any]:
     return {"run": {k: run[k] for k in ("id", "mode", "status", "reason", "config", "started_at", "finished_at")},
             "task": task["name"] if task else None, "best": best, "lineage": lineage[::-1],
             "nodes": [{k: v for k, v in n.items() if k != "code"} for n in nodes]}
-
-
-def _find_run(store: Any, ident: str) -> dict[str, Any]:
-    from mk.errors import StoreError
-
-    run = store.get_run(ident)
-    if run is not None:
-        return run
-    rows = store.query("SELECT id FROM runs WHERE id LIKE ? ORDER BY started_at DESC", [ident + "%"])
-    if len(rows) != 1:
-        raise StoreError(f"{'no' if not rows else 'more than one'} run matches {ident!r} in {store.path}",
-                         hint="`mk runs` lists the runs; give more of the id")
-    return store.get_run(rows[0]["id"])
 
 
 def _fmt(speedup: Any) -> str:

@@ -7,6 +7,7 @@ Each step is a small function returning a :class:`StepResult`; the verdict
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -18,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from mk.candidate import Candidate, load_candidate
-from mk.errors import CandidateError, TaskError
+from mk.errors import CandidateError, ConfigError, MkError, TaskError
 from mk.harness.compare import check_inputs, compare_outputs
 from mk.harness.results import CaseResult, CostResult, EvalResult, StepResult, TimingResult
 from mk.harness.sandbox import Sandbox, Timeouts, WorkerRun, prepare_workdir, remove_workdir
@@ -85,7 +86,7 @@ def evaluate(
     tgt = get_target(target)
     require_pallas = tgt.name != "cpu" if require_pallas is None else bool(require_pallas)
     if isinstance(timeouts, Mapping):
-        timeouts = Timeouts(**{f"{k.removesuffix('_s')}_s": float(v) for k, v in timeouts.items()})
+        timeouts = _timeouts(timeouts)
     if config:
         unknown = set(config) - set(cand.config_space) if cand.config_space else set()
         if unknown:
@@ -122,6 +123,16 @@ def evaluate(
     finally:
         remove_workdir(workdir)
     return result.model_copy(update={"seconds": time.perf_counter() - started, "reason": _one_line(result.reason)})
+
+
+def _timeouts(given: Mapping[str, float]) -> Timeouts:
+    """``{"compile": 90, "case_s": 10}`` -> Timeouts; a ConfigError naming the phases for an unknown key."""
+    values = {f"{k.removesuffix('_s')}_s": float(v) for k, v in given.items()}
+    known = {f.name for f in dataclasses.fields(Timeouts)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown timeout phase(s) {unknown}", hint=f"use any of {sorted(known)} (seconds)")
+    return Timeouts(**values)
 
 
 def _as_candidate(candidate: Candidate | str | Path) -> Candidate:
@@ -206,7 +217,7 @@ def _verdict(plan: _Plan, run: WorkerRun, workdir: Path, static: StepResult, bas
     if run.phase in ("import", "compile") and run.outcome != "finished" and not compile_ok:
         status = {"failed": "compile_error", "rejected": "rejected"}.get(run.outcome, run.outcome)
         what = "failed to import" if run.phase == "import" else f"failed the {plan.target.name} compile check"
-        reason = run.message if run.outcome in ("rejected", "timeout", "crashed") else f"candidate {what}: {run.message}"
+        reason = run.message if run.outcome == "rejected" else f"candidate {what}: {run.message}"
         if run.outcome in ("timeout", "crashed"):
             reason = f"{run.outcome} during {run.phase}: {run.message}"
         if _oom(run.message):
@@ -318,11 +329,7 @@ def _reference_cost(plan: _Plan, cost: CostResult | None) -> tuple[CostResult | 
 
 
 def _roofline_floor(plan: _Plan, flops: float) -> float | None:
-    try:
-        from mk import hardware
-    except ImportError:
-        return None
-    from mk.errors import MkError
+    from mk import hardware
 
     kind = plan.target.device_kind()
     spec = hardware.spec_for_device_kind(kind) if kind else None

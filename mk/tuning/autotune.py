@@ -148,7 +148,7 @@ def keyword_defaults(candidate: Candidate) -> dict[str, Any]:
                 if value is not None:
                     try:
                         out[arg.arg] = ast.literal_eval(value)
-                    except ValueError:
+                    except (ValueError, TypeError, SyntaxError):  # not a literal: no default for this one
                         continue
             return out
     return {}
