@@ -25,6 +25,7 @@ harness and are reported in :attr:`SynthesizedCases.skipped`.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import re
@@ -34,7 +35,7 @@ from typing import Any, Protocol
 import dspy
 
 from mk.author.proposal import Proposal
-from mk.errors import AgentOutputError, BudgetExceeded, KnowledgeError, MkError
+from mk.errors import AgentOutputError, BudgetExceeded, ConfigError, KnowledgeError, MkError
 from mk.harness.suite import DEFAULT_DISTRIBUTIONS, DEFAULT_SEEDS, Case
 from mk.lm import agent_scope, node_scope
 from mk.profile import ProfileReport
@@ -43,6 +44,8 @@ from mk.programs.validation import positional_count
 from mk.task import Scale, Task
 
 log = logging.getLogger(__name__)
+
+DEFAULT_SAMPLE_TEMPERATURE = 1.0  # for rollouts when neither the author nor the LM sets a temperature above 0
 
 _TARGET_RULES = {
     "tpu": ("Write a Pallas TPU kernel (jax.experimental.pallas.pallas_call; jax.experimental.pallas.tpu for memory "
@@ -187,10 +190,24 @@ class LMAuthor:
     ``lm`` is a DSPy LM already wrapped by :func:`mk.lm.accounted`; ``knowledge``
     anything with ``retrieve(query, k) -> str`` (a KnowledgeStore) or None.
     ``seeds`` offers the offline author's proposals before the first LM plan.
+
+    Independent samples: DSPy's response cache answers an identical prompt with
+    the answer it already has. ``rollout`` (an int >= 0, settable between calls)
+    makes every sub-agent call use ``lm.copy(rollout_id=..., temperature=...)``,
+    so sample k draws its own answers (still cached under its own key, so a rerun
+    replays it). ``temperature`` is the sampling temperature for such draws
+    (default: the LM's own when above 0, else ``DEFAULT_SAMPLE_TEMPERATURE``):
+    DSPy's rollout_id only changes what a provider generates at a temperature
+    above 0. A planner call whose inputs repeat an earlier one of this author
+    (an Auto loop that learned nothing new) also gets a rollout of its own.
     """
 
     def __init__(self, lm: Any, *, knowledge: Retriever | None = None, k: int = 5, seeds: bool = True,
-                 synthesize_tests: bool = True, attempts: int = 3, model: str | None = None):
+                 synthesize_tests: bool = True, attempts: int = 3, model: str | None = None,
+                 rollout: int | None = None, temperature: float | None = None):
+        if temperature is not None and not temperature > 0:
+            raise ConfigError(f"sampling temperature must be above 0, got {temperature}",
+                              hint="rollouts only draw different answers at a temperature above 0; omit it for the default")
         from mk.programs.compile_fixer import CompileFixer
         from mk.programs.implementer import Implementer
         from mk.programs.planner import Planner
@@ -212,6 +229,9 @@ class LMAuthor:
         for module in (self.planner, self.implementer, self.fixer, self.analyst):
             load_compiled(module.agent, module)  # prompts compiled by evals/compile.py, when present
         self.attempts = attempts
+        self.rollout = rollout
+        self.temperature = temperature
+        self._plan_inputs: dict[str, int] = {}  # digest of the planner's inputs -> times asked
         self.seed_declined: dict[str, str] = {}  # why offline templates did not apply (not a stop reason here)
         self.stop_reason = ""
         self.skipped_cases: list[str] = []
@@ -220,10 +240,33 @@ class LMAuthor:
         self._lm_plans = 0
 
     # --- run plumbing ----------------------------------------------------------------
-    def fork(self) -> "LMAuthor":
-        """A fresh author for another trajectory (a search node): same LM, accounting and knowledge, new state."""
+    def fork(self, *, rollout: int | None = None) -> "LMAuthor":
+        """A fresh author for another trajectory (a search node): same LM, accounting and knowledge, new state;
+        ``rollout`` makes its LM calls an independent sample (see the class docstring)."""
         return LMAuthor(self.lm, knowledge=self.knowledge, k=self.k, seeds=self.seeds, synthesize_tests=self.synthesize_tests,
-                        attempts=self.attempts, model=self.model)
+                        attempts=self.attempts, model=self.model, rollout=rollout, temperature=self.temperature)
+
+    @property
+    def sample_temperature(self) -> float:
+        """The temperature of a rollout draw: the author's, else the LM's when above 0, else the default."""
+        if self.temperature is not None:
+            return self.temperature
+        lm_temp = (getattr(self.lm, "kwargs", None) or {}).get("temperature")
+        return float(lm_temp) if lm_temp else DEFAULT_SAMPLE_TEMPERATURE
+
+    def draw_lm(self, repeat: int = 0) -> Any:
+        """The LM for one sub-agent call: ``self.lm`` itself (DSPy's cache may answer) unless this author samples a
+        rollout or the call repeats inputs (``repeat`` > 0); then a copy with a distinct ``rollout_id``."""
+        if self.rollout is None and repeat == 0:
+            return self.lm
+        k = 0 if self.rollout is None else self.rollout
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ConfigError(f"rollout must be an int >= 0 or None, got {self.rollout!r}", hint="use the sample's index")
+        if not callable(getattr(self.lm, "copy", None)):
+            log.warning("%s has no copy(); its calls cannot draw independent samples", type(self.lm).__name__)
+            return self.lm
+        rollout_id = (k + repeat) * (k + repeat + 1) // 2 + repeat  # Cantor pairing: one id per (rollout, repeat)
+        return self.lm.copy(rollout_id=rollout_id, temperature=self.sample_temperature)
 
     @property
     def accountant(self) -> Any:
@@ -247,7 +290,7 @@ class LMAuthor:
             return task, []
         try:
             with agent_scope("test_synthesizer"):
-                syn = synthesize_cases(task, self.lm, analysis=self._brief(task, target), attempts=self.attempts)
+                syn = synthesize_cases(task, self.draw_lm(), analysis=self._brief(task, target), attempts=self.attempts)
         except (AgentOutputError, BudgetExceeded) as exc:  # a spent budget stops the run at Auto's first check
             log.warning("no synthesized test cases: %s", exc)
             return task, []
@@ -268,8 +311,11 @@ class LMAuthor:
         feedback = ctx.feedback
         history = "\n".join(s.summary() for s in ctx.history)
         passages = self._retrieve(f"{ctx.task.name} {ctx.target} pallas kernel\n{brief[:400]}\n{feedback[-300:]}")
+        digest = hashlib.sha256("\0".join([str(self.rollout), brief, ctx.target, passages, feedback, history]).encode()).hexdigest()
+        repeat = self._plan_inputs.get(digest, 0)
+        self._plan_inputs[digest] = repeat + 1
         try:
-            with node_scope(self._node(ctx)), agent_scope(self.planner.agent), dspy.context(lm=self.lm):
+            with node_scope(self._node(ctx)), agent_scope(self.planner.agent), dspy.context(lm=self.draw_lm(repeat)):
                 plan = self.planner(task_analysis=brief, hardware=hardware_brief(ctx.target), passages=passages,
                                     feedback=feedback, history=history).plan
         except AgentOutputError as exc:
@@ -288,7 +334,7 @@ class LMAuthor:
 
             typed = TypedPlan(approach="pallas" if ctx.target != "cpu" else "jax", strategy=plan.text, expected_speedup=1.0)
         passages = self._retrieve(f"{typed.approach} {typed.strategy} {typed.memory_placement} {typed.pipelining}")
-        with node_scope(self._node(ctx)), agent_scope(self.implementer.agent), dspy.context(lm=self.lm):
+        with node_scope(self._node(ctx)), agent_scope(self.implementer.agent), dspy.context(lm=self.draw_lm()):
             impl = self.implementer(task_analysis=self._brief(ctx.task, ctx.target), plan=typed,
                                     hardware=hardware_brief(ctx.target), passages=passages, task=ctx.task).implementation
         return Proposal(plan.name, impl.code, plan.text, "lm")
@@ -296,7 +342,7 @@ class LMAuthor:
     def fix(self, ctx: Context, proposal: Proposal, error: str) -> Proposal | None:
         passages = self._retrieve(error[-1500:])
         try:
-            with node_scope(self._node(ctx)), agent_scope(self.fixer.agent), dspy.context(lm=self.lm):
+            with node_scope(self._node(ctx)), agent_scope(self.fixer.agent), dspy.context(lm=self.draw_lm()):
                 out = self.fixer(error=error, code=proposal.source, passages=passages, task=ctx.task)
         except AgentOutputError as exc:
             log.warning("no fix for %s: %s", proposal.name, exc)
@@ -307,7 +353,7 @@ class LMAuthor:
     def analyse(self, ctx: Context, report: ProfileReport) -> str:
         history = "\n".join(s.summary() for s in ctx.history)
         try:
-            with node_scope(self._node(ctx)), agent_scope(self.analyst.agent), dspy.context(lm=self.lm):
+            with node_scope(self._node(ctx)), agent_scope(self.analyst.agent), dspy.context(lm=self.draw_lm()):
                 a = self.analyst(profile=report.summary(), task_analysis=self._brief(ctx.task, ctx.target),
                                  hardware=hardware_brief(ctx.target), history=history).analysis
         except AgentOutputError as exc:

@@ -168,3 +168,57 @@ def test_bench_search_mode_with_scripted_author(tmp_path):
     assert row.correct and row.compiled and row.speedup is not None
     assert all(s.depth == 1 for s in row.progress)
     assert res.metrics["search"].correct == 1
+
+
+class SamplingAuthor(ScriptedAuthor):
+    """A ScriptedAuthor with a ``rollout`` (like LMAuthor): records the rollout each plan and implement ran under."""
+
+    def __init__(self):
+        super().__init__()
+        self.rollout = None
+        self.seen = []
+
+    def plan(self, ctx):
+        self.seen.append(("plan", self.rollout))
+        return super().plan(ctx)
+
+    def implement(self, ctx, plan):
+        self.seen.append(("implement", self.rollout))
+        return super().implement(ctx, plan)
+
+
+def test_best_of_n_draws_sample_i_as_rollout_i_and_restores_it(tmp_path):
+    from types import SimpleNamespace
+
+    from mk.bench.methods import MethodConfig, run_best_of_n
+    from mk.loaders import load_task
+
+    root = _suite(tmp_path, {"tanh2": TANH})
+    task = load_task(str(root / "tanh2.py"))
+    task = task.with_scales({"ci": task.scale("ci")})
+    author = SamplingAuthor()
+    author.rollout = 7
+    judged = []
+
+    def judge(task, candidate, **kw):
+        judged.append(candidate.digest)
+        return SimpleNamespace(status="correct", reason="", speedup=1.0, step=lambda name: None)
+
+    row = run_best_of_n(task, author, MethodConfig(target="cpu", evaluate=judge, samples=2))
+    assert row.candidates == 2 and len(set(judged)) == 2
+    assert author.seen == [("plan", 1), ("implement", 1), ("plan", 2), ("implement", 2)]
+    assert author.rollout == 7  # the caller's rollout is back
+
+
+def test_best_of_n_with_an_author_without_rollouts_is_unchanged(tmp_path):
+    from types import SimpleNamespace
+
+    from mk.bench.methods import MethodConfig, run_best_of_n
+    from mk.loaders import load_task
+
+    root = _suite(tmp_path, {"tanh2": TANH})
+    task = load_task(str(root / "tanh2.py"))
+    author = ScriptedAuthor()
+    judge = lambda task, candidate, **kw: SimpleNamespace(status="correct", reason="", speedup=1.0, step=lambda name: None)
+    row = run_best_of_n(task.with_scales({"ci": task.scale("ci")}), author, MethodConfig(target="cpu", evaluate=judge, samples=2))
+    assert row.candidates == 2 and not hasattr(author, "rollout")

@@ -19,10 +19,11 @@ from mk.author.adapter import OfflineAuthorAdapter
 from mk.authors import LazyKnowledge, prepare_suite, resolve_author
 from mk.budget import Budget, BudgetMeter
 from mk.candidate import Candidate
+from mk.errors import ConfigError
 from mk.harness import evaluate
 from mk.lm import Accountant, accounted
 from mk.loaders import load_task
-from mk.programs.auto import Auto, Context, Snapshot
+from mk.programs.auto import Auto, Context, Plan, Snapshot
 from mk.programs.lm_author import LMAuthor, hardware_brief, synthesize_cases, task_brief
 from mk.store import Store
 
@@ -77,6 +78,11 @@ class ScriptedLM(DummyLM):
         self.asked: list[str] = []
         self._engine_spec = _ScriptedEngine(self)
         self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
+
+    def copy(self, **kwargs):  # copies (lm.copy(rollout_id=...)) share the script, as a real LM's share its provider
+        copied = super().copy(**kwargs)
+        copied._engine_spec, copied._async_engine_spec = self._engine_spec, self._async_engine_spec
+        return copied
 
 
 class FakeKnowledge:
@@ -238,3 +244,88 @@ def test_prompt_briefs():
     t = load_task(str(EXAMPLES / "rmsnorm.py"))
     brief = task_brief(t, "gpu")
     assert "def rmsnorm" in brief and "3 positional" in brief and "h200" in brief.lower()
+
+
+# --- independent samples past DSPy's response cache ------------------------------------------
+KERNEL_B = KERNEL.replace("ms", "mean_sq")
+KERNEL_C = KERNEL.replace("x32", "xf")
+PLAN_B = {**PLAN, "strategy": "Two passes: reduce the squares per row, then scale; simpler to tile."}
+
+
+@pytest.fixture
+def memory_cache(monkeypatch):
+    """DSPy's response cache on (in memory, empty); the settings and the global cache come back afterwards."""
+    cache = Cache(False, True, None)
+    monkeypatch.setattr(dspy, "cache", cache)
+    yield cache
+    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+
+
+def cached_script(**overrides):
+    """A ScriptedLM whose answers DSPy's response cache keeps, as it does a real LM's (DummyLM opts out)."""
+    lm = script(**overrides)
+    lm._cache_responses = True
+    return lm
+
+
+def test_without_rollouts_a_repeat_is_a_cache_hit_with_them_each_sample_calls_the_lm(task, memory_cache):
+    lm = cached_script(code=[{"code": KERNEL, "config_space": {}}, {"code": KERNEL_B, "config_space": {}},
+                      {"code": KERNEL_C, "config_space": {}}])
+    meter = BudgetMeter(Budget(max_lm_calls=10))
+    author = LMAuthor(accounted(lm, Accountant(None, budget=meter)), seeds=False, synthesize_tests=False)
+    ctx, plan = Context(task, "cpu", [], ""), Plan("hand", "fuse the scale into the reduction pass", None)
+    first = author.implement(ctx, plan)
+    again = author.implement(ctx, plan)
+    assert lm.asked == ["code"] and again.source == first.source  # the cache answered: not a new sample
+    sources = [first.source]
+    for k in (1, 2):
+        author.rollout = k
+        sources.append(author.implement(ctx, plan).source)
+    assert lm.asked == ["code"] * 3 and [s.strip() for s in sources] == [KERNEL.strip(), KERNEL_B.strip(), KERNEL_C.strip()]
+    author.rollout = 1
+    assert author.implement(ctx, plan).source == sources[1] and len(lm.asked) == 3  # a rollout replays from the cache
+    assert meter.usage().lm_calls == 3  # hits are free; every draw was metered by the shared accountant
+    assert "rollout_id" not in lm.kwargs and author.draw_lm() is not author.lm
+    assert author.draw_lm().kwargs["temperature"] == 1.0  # a rollout needs temperature > 0 to change the answer
+
+
+def test_forked_samples_and_repeated_planner_inputs_draw_fresh_plans(task, memory_cache):
+    lm = cached_script(plan=[{"plan": PLAN}, {"plan": PLAN_B}])
+    author = LMAuthor(lm, seeds=False, synthesize_tests=False, temperature=0.7)
+    ctx = Context(task, "cpu", [], "")
+    a, b = author.plan(ctx), author.plan(ctx)  # an Auto loop that learned nothing: same inputs, a new draw
+    assert lm.asked == ["plan", "plan"] and a.text != b.text
+    fresh = author.fork()
+    assert fresh.plan(ctx).text == a.text and len(lm.asked) == 2  # a fresh author replays the cached first plan
+    sample = author.fork(rollout=3)
+    assert sample.rollout == 3 and sample.temperature == 0.7 and sample.draw_lm().kwargs["temperature"] == 0.7
+    sample.plan(ctx)
+    assert len(lm.asked) == 3
+
+
+def test_rollout_and_temperature_are_checked():
+    with pytest.raises(ConfigError, match="temperature"):
+        LMAuthor(script(), temperature=0.0)
+    author = LMAuthor(script(), rollout=-1)
+    with pytest.raises(ConfigError, match="rollout"):
+        author.draw_lm()
+
+
+def test_best_of_n_with_an_lm_author_makes_one_lm_call_per_sample(task, memory_cache):
+    from types import SimpleNamespace
+
+    from mk.bench.methods import MethodConfig, run_best_of_n
+
+    lm = cached_script(code=[{"code": KERNEL, "config_space": {}}, {"code": KERNEL_B, "config_space": {}},
+                      {"code": KERNEL_C, "config_space": {}}])
+    author = LMAuthor(lm, seeds=False, synthesize_tests=False)
+    judged = []
+
+    def judge(task, candidate, **kw):
+        judged.append(candidate.digest)
+        return SimpleNamespace(status="correct", reason="", speedup=1.0, step=lambda name: None)
+
+    row = run_best_of_n(task, author, MethodConfig(target="cpu", evaluate=judge, samples=3))
+    assert row.candidates == 3 and len(set(judged)) == 3  # three different candidates, not one answer thrice
+    assert lm.asked.count("plan") == 3 and lm.asked.count("code") == 3
+    assert author.rollout is None

@@ -3,7 +3,9 @@
 * ``auto`` – one closed-loop :class:`~mk.programs.auto.Auto` trajectory (plan, implement,
   validate + fix, test, autotune, profile; the judge's feedback goes into the next plan);
 * ``best-of-n`` – the paper's baseline: N independent zero-shot candidates (empty history,
-  no feedback, no fixes, no tuning), each judged by the same harness; the best is kept;
+  no feedback, no fixes, no tuning), each judged by the same harness; the best is kept. An
+  author with a ``rollout`` attribute (:class:`~mk.programs.lm_author.LMAuthor`) draws sample
+  i as rollout i, so DSPy's response cache cannot hand every sample the same answer;
 * ``search`` – :mod:`mk.programs.search` over Auto nodes, when that module is installed.
 
 The author is asked for its first plan before the suite is frozen, so a task the author
@@ -145,12 +147,27 @@ def run_auto(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
 # --- best-of-n ---------------------------------------------------------------------------------------------
 def run_best_of_n(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
     """N independent zero-shot candidates: each plan sees an empty history and no feedback; no fixes, no tuning."""
+    samples = hasattr(author, "rollout")
+    original = getattr(author, "rollout", None)
+    try:
+        return _best_of_n(task, author, cfg, samples)
+    finally:
+        if samples:
+            author.rollout = original
+
+
+def _best_of_n(task: Task, author: Any, cfg: MethodConfig, samples: bool) -> TaskRow:
     from mk.candidate import Candidate
     from mk.errors import CandidateError
     from mk.harness.suite import build_suite
 
+    def sample(i: int) -> None:  # sample i's LM calls are rollout i: their own draws, not cache hits of sample 1's
+        if samples:
+            author.rollout = i
+
     t0 = time.perf_counter()
     evaluate = cfg.judge()
+    sample(1)
     first = author.plan(_fresh_context(task, cfg.target))
     if first is None:
         return _declined("best-of-n", task, author, cfg)
@@ -165,6 +182,7 @@ def run_best_of_n(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
     results: list[Any] = []
     plan = first
     for i in range(1, cfg.samples + 1):
+        sample(i)
         if plan is None:
             plan = author.plan(_fresh_context(task, cfg.target))
             if plan is None:
