@@ -118,3 +118,39 @@ def test_declines_without_a_softmax_between_two_products():
             attention.propose(task, trace_scales(task), target)
     with pytest.raises(Unsupported, match="not 'cpu'"):
         attention.propose(task, trace_scales(task), "cpu")
+
+
+def _masked_task(name, mask_fn, S=128):
+    def f(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+        s = jnp.where(mask_fn(jnp.arange(S)[:, None], jnp.arange(S)[None, :]), s, -1e30)
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+    args = tuple(ArgSpec(n, ("B", "H", "S", "D"), "float32", Init("normal")) for n in "qkv")
+    return Task(name, f, args, {"ci": Scale("ci", {"B": 1, "H": 2, "S": S, "D": 64})})
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_declines_scores_that_are_not_plain_causal_or_full(target):
+    """An additive score bias (5p), a sliding window or a block-sparse mask is neither semantics the kernel has."""
+    flex = _ci("jaxbench:5p_Flex_Attention")
+    reasons = [OfflineAuthor().propose(flex, target).declined["attention"]]
+    for name, mask in (("window", lambda i, j: (j <= i) & (j > i - 32)), ("blocks", lambda i, j: i // 32 == j // 32)):
+        task = _masked_task(name, mask)
+        with pytest.raises(Unsupported) as err:
+            attention.propose(task, trace_scales(task), target)
+        reasons.append(str(err.value))
+    for reason in reasons:
+        assert "neither full nor causal" in reason and "does not implement" in reason
+    # the same construction with a plain causal mask is still proposed
+    causal = _masked_task("causal", lambda i, j: j <= i)
+    assert "CAUSAL = True" in attention.propose(causal, trace_scales(causal), target).source
+
+
+def test_bf16_scores_are_rounded_as_the_reference_rounds_them():
+    """4p: unscaled bf16 scores (q pre-scaled) are rounded to bf16 by the reference; the kernel mirrors that."""
+    task = _ci("jaxbench:4p_Sparse_Attention")
+    prop = next(p for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "attention")
+    assert "CAUSAL = True" in prop.source and "SCORE_DTYPE = jnp.bfloat16" in prop.source and "GQA" in prop.rationale
+    _check(task, prop.source)
+    assert "SCORE_DTYPE = None" in attention.propose(_plain_task(), trace_scales(_plain_task()), "tpu").source

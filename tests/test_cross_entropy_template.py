@@ -145,11 +145,49 @@ def test_declines_with_a_reason(ref, why):
         cross_entropy.propose(task, trace_scales(task), "tpu")
 
 
-def test_declines_cpu_and_gpu():
+def test_declines_cpu():
     task = _task(_one_hot_sum)
-    for target in ("cpu", "gpu"):
-        with pytest.raises(Unsupported):
-            cross_entropy.propose(task, trace_scales(task), target)
+    with pytest.raises(Unsupported, match="not 'cpu'"):
+        cross_entropy.propose(task, trace_scales(task), "cpu")
+
+
+def _check_gpu(task, source, configs):
+    ns = {}
+    exec(compile(source, "candidate", "exec"), ns)
+    xs = task.make_inputs("ci", 4, "native" if task.name == "13p_Cross_Entropy" else "normal")
+    ref = np.asarray(task.bind(task.reference, "ci")(*xs), np.float32)
+    atol, rtol = task.tolerance.for_output(0)
+    gpu = get_target("gpu")
+    for config in configs:
+        with gpu.execution():
+            out = np.asarray(jax.jit(task.bind(lambda *a: ns["kernel"](*a, **config), "ci"))(*xs))
+        assert out.shape == ref.shape and out.dtype == ref.dtype
+        np.testing.assert_allclose(out, ref, atol=atol, rtol=rtol, err_msg=str(config))
+        gpu.lower(task.bind(lambda *a: ns["kernel"](*a, **config), "ci"), *task.arg_structs("ci"))
+    return ns
+
+
+def test_gpu_13p_ci_pads_the_vocabulary_and_matches():
+    """Triton: V=1000 is padded to a multiple of a power-of-two block and masked; no scratch, per-token output."""
+    task = _ci13p()
+    prop = next(p for p in OfflineAuthor().propose(task, "gpu").proposals if p.template == "cross_entropy")
+    assert prop.name == "cross-entropy-gpu" and "pltriton.CompilerParams" in prop.source
+    assert "scratch_shapes" not in prop.source and "pl.ds" in prop.source
+    space = {}
+    exec(compile(prop.source, "candidate", "exec"), space)
+    assert all(b & (b - 1) == 0 and b >= 16 for k in ("block_t", "block_v", "block_h") for b in space["CONFIG_SPACE"][k])
+    ns = _check_gpu(task, prop.source, ({}, {"block_t": 16, "block_v": 256, "block_h": 32, "num_warps": 8}))
+    assert ns["_pow2_block"](1000, 128) == (128, 1024) and ns["_pow2_block"](128256, 512) == (256, 128256)
+
+
+@pytest.mark.parametrize("ref,vh,vocab", [(_one_hot_sum, False, 512), (_vh_take_mean, True, 384),
+                                          (_lse_minus_picked_tokens, False, 384)])
+def test_gpu_custom_forms_match_and_lower(ref, vh, vocab):
+    task = _task(ref, w_vocab_first=vh)
+    task = task.with_scales({"ci": Scale("ci", dims={"T": T, "H": H, "V": vocab})})
+    prop = cross_entropy.propose(task, trace_scales(task), "gpu")
+    # T=40 pads to a multiple of 16 / 32; several vocabulary blocks and hidden chunks
+    _check_gpu(task, prop.source, ({}, {"block_t": 32, "block_v": 64, "block_h": 32}))
 
 
 def test_evaluate_is_correct():

@@ -5,8 +5,13 @@ softmax (``reduce_max``, ``exp``, ``reduce_sum``) between them, batch dims
 (B, H). The layout of q/k/v/out is read from the transposes around the
 products; k/v with fewer heads than q is grouped-query attention (query head
 ``h`` reads kv head ``h // group``). The scale is the product of the scalar
-factors on the scores; causality is checked by probing the reference (a
-change to the last key must not move the first query's output). The kernel
+factors on the scores. Causality is settled by probing the reference on a
+float32 copy of a random case: it must match full or causal softmax attention
+(with that scale and head grouping) everywhere, else the template declines (an
+additive score bias, a sliding-window / block-sparse / padding mask, a soft
+cap). When the reference's scores are 16-bit (bf16 einsum), the kernel rounds
+its f32 score tiles to that dtype as the reference does (SCORE_DTYPE): with
+large unscaled scores (q pre-scaled, as in 4p) that rounding dominates. The kernel
 (Pallas TPU) walks key blocks on the grid's last axis with a running max and
 sum in VMEM and skips key blocks entirely above the diagonal when causal. The
 GPU kernel (Pallas Triton, which has no scratch memory) runs one program per
@@ -121,28 +126,52 @@ def recognise(prog: Program) -> AttentionPattern:
     return AttentionPattern(q.arg, k.arg, v.arg, roles, tuple(d2_roles[i] for i in operm), scale, H // kh)
 
 
+def _intended(xs: list[np.ndarray], pat: AttentionPattern, causal: bool) -> np.ndarray:
+    """What the kernel computes (float64, on host): softmax(q k^T * scale [+ causal mask]) v in the task's layouts."""
+    q, k, v = (np.transpose(np.asarray(xs[i], np.float64), pat.layout) for i in (pat.q, pat.k, pat.v))
+    k, v = np.repeat(k, pat.group, axis=1), np.repeat(v, pat.group, axis=1)
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * pat.scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.transpose(np.einsum("bhqk,bhkd->bhqd", p, v), pat.out_layout)
+
+
 def _causal(task: Task, scale_name: str, pat: AttentionPattern) -> bool:
-    """True when the first query never sees the last key (probing the reference)."""
+    """Probe the reference on a float32 copy of a random case: True when it is causal attention, False when full.
+
+    The reference must match one of the kernel's two semantics (full or causal softmax attention with the
+    recognised scale and head grouping) everywhere; anything else (an additive score bias, a sliding-window,
+    block-sparse or padding mask, a soft cap) is declined."""
     import jax
 
     xs = [np.asarray(x) for x in task.make_inputs(scale_name, 7, "normal")]
-    ref = jax.jit(task.bind(task.reference, scale_name))
-    base = np.asarray(ref(*xs), np.float32)
-    seq = pat.layout[2]
-    for i in (pat.k, pat.v):
-        idx = [slice(None)] * 4
-        idx[seq] = -1
-        xs[i] = xs[i].copy()
-        xs[i][tuple(idx)] = xs[i][tuple(idx)] * 3 + 1
-    moved = np.asarray(ref(*xs), np.float32)
-    oq = pat.out_layout.index(2)
-    first = [slice(None)] * 4
-    first[oq] = 0
-    last = list(first)
-    last[oq] = -1
-    if np.array_equal(base[tuple(last)], moved[tuple(last)]):
-        raise Unsupported("the output does not depend on the last key: not softmax attention over all keys")
-    return bool(np.array_equal(base[tuple(first)], moved[tuple(first)]))
+    xs = [x.astype(np.float32) if np.issubdtype(x.dtype, np.floating) or x.dtype.name == "bfloat16" else x for x in xs]
+    try:
+        ref = np.asarray(jax.jit(task.bind(task.reference, scale_name))(*xs), np.float64)
+    except Exception as e:  # noqa: BLE001 - a reference that rejects float32 copies cannot be probed
+        raise Unsupported(f"could not probe the reference's mask on float32 inputs ({type(e).__name__}: {e})") from e
+    bound = 2e-3 * float(np.abs(ref).max()) + 1e-5
+    errs = {}
+    for causal in (True, False):
+        want = _intended(xs, pat, causal)
+        if want.shape != ref.shape:
+            raise Unsupported(f"the reference's output {ref.shape} is not the attention output {want.shape}")
+        errs[causal] = float(np.abs(want - ref).max())
+        if errs[causal] <= bound:
+            return causal
+    raise Unsupported(
+        "the reference is neither full nor causal softmax attention with scale "
+        f"{pat.scale:g}: on a probe input it differs from both by {min(errs.values()):.3g} (bound {bound:.3g}); "
+        "its scores carry something else (an additive bias, a sliding-window, block-sparse or padding mask, a soft cap) "
+        "that the flash-attention template does not implement")
+
+
+def _score_dtype(dtype) -> str:
+    """The kernel's SCORE_DTYPE: the reference's 16-bit score dtype (its rounding is mirrored), else None."""
+    name = np.dtype(dtype).name
+    return f"jnp.{name}" if name in ("bfloat16", "float16") else "None"
 
 
 #: Triton block options: powers of two (Triton needs them) and >= 16 (its smallest dot)
@@ -188,13 +217,14 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     if not causal and any(op.prim == "select_n" for op in prog.ops[dots[0]:dots[1]]):
         raise Unsupported("the scores are masked, but not causally: the template has no general mask")
     D = t0.shapes[pat.q][pat.layout[3]]
+    score_dtype = _score_dtype(prog.ops[dots[0]].out.dtype)
     scale_expr = "head_dim ** -0.5" if math.isclose(pat.scale, D**-0.5, rel_tol=1e-2) else repr(pat.scale)
     kind = f"{'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale {scale_expr}"
     if target == "gpu":
         space = {"block_q": opts, "block_k": opts, "num_warps": [4, 8]}
         return Proposal(
             name="flash-attention-gpu",
-            source=_render_gpu(task, pat, causal, scale_expr, space),
+            source=_render_gpu(task, pat, causal, scale_expr, space, score_dtype),
             rationale=f"flash attention ({kind}), Pallas Triton: one program per (batch*head, query block) loops over "
             "key blocks with an online softmax in registers (f32 accumulator)"
             + ("; the loop stops at the diagonal and only diagonal blocks are masked" if causal else ""),
@@ -205,14 +235,15 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     space = {"block_q": tpu_opts, "block_k": tpu_opts}
     return Proposal(
         name="flash-attention-tpu",
-        source=_render(task, pat, causal, scale_expr, space),
+        source=_render(task, pat, causal, scale_expr, space, score_dtype),
         rationale=f"flash attention ({kind}): online softmax over key blocks, scores never leave VMEM"
         + ("; key blocks above the diagonal skipped" if causal else ""),
         template="attention",
     )
 
 
-def _render(task: Task, pat: AttentionPattern, causal: bool, scale_expr: str, space: dict[str, list[int]]) -> str:
+def _render(task: Task, pat: AttentionPattern, causal: bool, scale_expr: str, space: dict[str, list[int]],
+            score_dtype: str) -> str:
     n = len(task.args)
     sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
     to_bhsd = pat.layout
@@ -231,6 +262,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 CONFIG_SPACE = {space!r}
 CAUSAL = {causal}
+SCORE_DTYPE = {score_dtype}
 _MASKED = -1e30
 
 
@@ -247,7 +279,9 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block_q
         q = q_ref[0, 0]
         k = k_ref[0, 0]
         v = v_ref[0, 0]
-        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
+        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        # the reference rounds its scores to SCORE_DTYPE (when set): mirror it so large scores agree
+        s = s * scale if SCORE_DTYPE is None else (s.astype(SCORE_DTYPE) * scale).astype(jnp.float32)
         if CAUSAL:
             rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
             cols = ki * block_k + lax.broadcasted_iota(jnp.int32, s.shape, 1)
@@ -299,7 +333,8 @@ def kernel({sig}, *, block_q={space["block_q"][-1]}, block_k={space["block_k"][-
 '''
 
 
-def _render_gpu(task: Task, pat: AttentionPattern, causal: bool, scale_expr: str, space: dict[str, list[int]]) -> str:
+def _render_gpu(task: Task, pat: AttentionPattern, causal: bool, scale_expr: str, space: dict[str, list[int]],
+                score_dtype: str) -> str:
     n = len(task.args)
     sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
     block_k = 64 if 64 in space["block_k"] else space["block_k"][-1]
@@ -319,6 +354,7 @@ from jax.experimental.pallas import triton as pltriton
 
 CONFIG_SPACE = {space!r}
 CAUSAL = {causal}
+SCORE_DTYPE = {score_dtype}
 NUM_STAGES = 2
 _MASKED = -1e30
 
@@ -332,7 +368,9 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale, block_q, block_k, nk):
         start = pl.multiple_of(j * block_k, block_k)
         k = k_ref[pl.ds(start, block_k), :]
         v = v_ref[pl.ds(start, block_k), :]
-        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
+        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        # the reference rounds its scores to SCORE_DTYPE (when set): mirror it so large scores agree
+        s = s * scale if SCORE_DTYPE is None else (s.astype(SCORE_DTYPE) * scale).astype(jnp.float32)
         if masked:
             rows = qi * block_q + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
             cols = start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)

@@ -22,7 +22,15 @@ Vocabulary sizes: ``block_v`` shrinks to a multiple of 128 that divides V;
 when V is not a multiple of 128 (the 13p ci scale, V=1000), W is zero-padded
 to a multiple of ``block_v`` and the padded columns are masked to -1e30 (one
 extra copy of W; labels never point there). T is handled the same way with a
-quantum of 8 (padded rows are sliced off). No GPU (Triton) variant yet: gpu declines.
+quantum of 8 (padded rows are sliced off).
+
+The GPU kernel (Pallas Triton: no scratch memory, power-of-two blocks) runs one
+program per token block; a ``lax.fori_loop`` over vocabulary blocks (``pl.ds``
+slices of W) carries the running max, sum of exponentials and picked logit, and
+an inner loop over hidden chunks accumulates each (block_t, block_v) logits tile
+in f32. T, V and H are zero-padded to multiples of their (power-of-two) blocks;
+padded vocabulary columns are masked, padded tokens sliced off, padded hidden
+columns contribute zero.
 """
 
 from __future__ import annotations
@@ -260,7 +268,15 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         raise Unsupported(f"probing the reference failed ({type(exc).__name__}: {exc})") from exc
     kind = f"{reduction} of {'+' if sign > 0 else '-'}(lse - picked logit), W {'(V,H)' if pat.w_vocab_first else '(H,V)'}"
     if target == "gpu":
-        raise Unsupported("the cross-entropy template has no GPU (Triton) kernel yet; it writes Pallas TPU only")
+        space = _gpu_space(traced, pat)
+        return Proposal(
+            name="cross-entropy-gpu",
+            source=_render_gpu(task, pat, reduction, sign, space),
+            rationale=f"fused LM-head cross-entropy ({kind}), Pallas Triton: one program per token block loops over "
+            "vocabulary blocks (and hidden chunks) with an online log-sum-exp in registers; logits never reach HBM; "
+            "per-token losses reduced in jnp",
+            template="cross_entropy",
+        )
     space = _tpu_space(traced, pat)
     return Proposal(
         name="cross-entropy-tpu",
@@ -271,18 +287,21 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     )
 
 
+def _final(reduction: str, sign: float) -> str:
+    if reduction == "mean":
+        return f"{sign!r} * jnp.mean(per_token)"
+    if reduction == "sum":
+        return f"{sign!r} * jnp.sum(per_token)"
+    return f"{sign!r} * per_token"
+
+
 def _render(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict[str, list[int]]) -> str:
     n = len(task.args)
     sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
     bt = 256 if 256 in space["block_t"] else space["block_t"][-1]
     bv = 512 if 512 in space["block_v"] else space["block_v"][-1]
     x_expr = f"a{pat.x}" if pat.x_tokens_first else f"a{pat.x}.T"
-    if reduction == "mean":
-        final = f"{sign!r} * jnp.mean(per_token)"
-    elif reduction == "sum":
-        final = f"{sign!r} * jnp.sum(per_token)"
-    else:
-        final = f"{sign!r} * per_token"
+    final = _final(reduction, sign)
     return f'''"""mk offline author: fused LM-head cross-entropy for {task.name} (target tpu).
 
 Grid (T/block_t, V/block_v), vocabulary axis "arbitrary": each step computes a (block_t, block_v) logits tile in
@@ -399,3 +418,130 @@ def _out_dtype(task: Task) -> str:
     scale = next(iter(task.scales))
     out = jax.eval_shape(task.bind(task.reference, scale), *task.arg_structs(scale))
     return f'jnp.dtype("{np.dtype(out.dtype).name}")'
+
+
+#: Triton block options: powers of two, >= 16 (Triton's smallest dot)
+_GPU_BLOCK_T = (16, 32, 64)
+_GPU_BLOCK_V = (64, 128, 256)
+_GPU_BLOCK_H = (32, 64, 128)
+
+
+def _gpu_space(traced: list[Traced], pat: CEPattern) -> dict[str, list[int]]:
+    T = max(t.shapes[pat.x][0 if pat.x_tokens_first else 1] for t in traced)
+    H = max(t.shapes[pat.x][1 if pat.x_tokens_first else 0] for t in traced)
+    bts = [b for b in _GPU_BLOCK_T if b <= max(T, 16)] or [16]
+    bhs = [b for b in _GPU_BLOCK_H if b <= max(H, 32)] or [32]
+    return {"block_t": bts, "block_v": list(_GPU_BLOCK_V), "block_h": bhs, "num_warps": [4, 8]}
+
+
+def _render_gpu(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict[str, list[int]]) -> str:
+    n = len(task.args)
+    sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
+    x_expr = f"a{pat.x}" if pat.x_tokens_first else f"a{pat.x}.T"
+    bt, bv, bh = space["block_t"][-1], 128, space["block_h"][-1]
+    return f'''"""mk offline author: fused LM-head cross-entropy for {task.name} (target gpu, Pallas Triton).
+
+One program per token block. A lax.fori_loop over vocabulary blocks (pl.ds slices of W) carries the running max,
+running sum of exponentials and picked logit per token in registers (Triton has no scratch memory); an inner loop
+over hidden chunks accumulates each (block_t, block_v) logits tile in f32, rounded to {pat.logits_dtype} like the
+reference. Only per-token losses (T,) reach HBM; the {reduction} over tokens is jnp. Blocks are powers of two;
+T, V and H are zero-padded to multiples of them (padded vocabulary columns masked, padded tokens sliced off).
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+CONFIG_SPACE = {space!r}
+W_VOCAB_FIRST = {pat.w_vocab_first}
+LOGITS_DTYPE = jnp.dtype("{pat.logits_dtype}")
+NUM_STAGES = 2
+_MASKED = -1e30
+
+
+def _pow2_block(n, want):
+    """(block, padded n): the largest power of two <= want (and >= want / 4) dividing n, else want with n padded."""
+    b = want
+    while b * 4 >= want and b >= 16:
+        if n % b == 0:
+            return b, n
+        b //= 2
+    return want, -(-n // want) * want
+
+
+def _kernel(lab_ref, x_ref, w_ref, o_ref, *, block_v, block_h, nv, nh, vocab, masked):
+    labels = lab_ref[...]
+    block_t = labels.shape[0]
+
+    def logits_tile(v0):
+        def chunk(c, acc):
+            h0 = pl.multiple_of(c * block_h, block_h)
+            x = x_ref[:, pl.ds(h0, block_h)]
+            if W_VOCAB_FIRST:
+                w = w_ref[pl.ds(v0, block_v), pl.ds(h0, block_h)]
+                dims = (((1,), (1,)), ((), ()))
+            else:
+                w = w_ref[pl.ds(h0, block_h), pl.ds(v0, block_v)]
+                dims = (((1,), (0,)), ((), ()))
+            return acc + lax.dot_general(x, w, dims, preferred_element_type=jnp.float32)
+
+        acc = lax.fori_loop(0, nh, chunk, jnp.zeros((block_t, block_v), jnp.float32))
+        return acc.astype(LOGITS_DTYPE).astype(jnp.float32)
+
+    def step(j, carry):
+        m, s, picked = carry
+        v0 = pl.multiple_of(j * block_v, block_v)
+        logits = logits_tile(v0)
+        cols = v0 + lax.broadcasted_iota(jnp.int32, (block_t, block_v), 1)
+        if masked:
+            logits = jnp.where(cols < vocab, logits, _MASKED)
+        m_new = jnp.maximum(m, jnp.max(logits, axis=1))
+        s = jnp.exp(m - m_new) * s + jnp.sum(jnp.exp(logits - m_new[:, None]), axis=1)
+        picked = picked + jnp.sum(jnp.where(cols == labels[:, None], logits, 0.0), axis=1)
+        return m_new, s, picked
+
+    init = (jnp.full((block_t,), _MASKED, jnp.float32), jnp.zeros((block_t,), jnp.float32),
+            jnp.zeros((block_t,), jnp.float32))
+    m, s, picked = lax.fori_loop(0, nv, step, init)
+    o_ref[...] = m + jnp.log(s) - picked
+
+
+def per_token_loss(x, w, labels, *, block_t, block_v, block_h, num_warps=4):
+    """lse(x @ W) - (x @ W)[label] per token, f32 (T,); x (T, H), W (H, V) or (V, H) when W_VOCAB_FIRST."""
+    tokens, hidden = x.shape
+    vocab = w.shape[0] if W_VOCAB_FIRST else w.shape[1]
+    block_t, t_pad = _pow2_block(tokens, block_t)
+    block_v, v_pad = _pow2_block(vocab, block_v)
+    block_h, h_pad = _pow2_block(hidden, block_h)
+    labels = labels.astype(jnp.int32)
+    if t_pad != tokens or h_pad != hidden:
+        x = jnp.pad(x, ((0, t_pad - tokens), (0, h_pad - hidden)))
+        labels = jnp.pad(labels, (0, t_pad - tokens))
+    if v_pad != vocab or h_pad != hidden:
+        w = jnp.pad(w, ((0, v_pad - vocab), (0, h_pad - hidden)) if W_VOCAB_FIRST
+                    else ((0, h_pad - hidden), (0, v_pad - vocab)))
+    out = pl.pallas_call(
+        functools.partial(_kernel, block_v=block_v, block_h=block_h, nv=v_pad // block_v, nh=h_pad // block_h,
+                          vocab=vocab, masked=v_pad != vocab),
+        grid=(t_pad // block_t,),
+        in_specs=[
+            pl.BlockSpec((block_t,), lambda i: (i,)),
+            pl.BlockSpec((block_t, h_pad), lambda i: (i, 0)),
+            pl.BlockSpec(w.shape, lambda i: (0, 0)),
+        ],
+        out_specs=pl.BlockSpec((block_t,), lambda i: (i,)),
+        out_shape=jax.ShapeDtypeStruct((t_pad,), jnp.float32),
+        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=NUM_STAGES),
+    )(labels, x, w)
+    return out[:tokens]
+
+
+def kernel({sig}, *, block_t={bt}, block_v={bv}, block_h={bh}, num_warps=4):
+    per_token = per_token_loss({x_expr}, a{pat.w}, a{pat.labels}, block_t=block_t, block_v=block_v,
+                               block_h=block_h, num_warps=num_warps)
+    out = {_final(reduction, sign)}
+    return out.reshape({_out_shape(task, pat)}).astype({_out_dtype(task)})
+'''
