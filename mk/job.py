@@ -218,8 +218,10 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any) -> str
         f"# verdict: {best.status}; frozen suite: {suite_hash}",
         f"# speedup: {speed}",
         f"# author: {best.proposal}; tuned config: {json.dumps(best.config)}",
-        "",
     ]
+    if target.name != "cpu" and "pallas_call" not in best.source:
+        header.append(f"# a pure-JAX rewrite (no Pallas kernel): judge it with `mk eval TASK THIS_FILE --target {target.name} --pure-jax`")
+    header.append("")
     footer = []
     if best.config:
         footer = [
