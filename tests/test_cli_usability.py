@@ -11,7 +11,6 @@ import pytest
 import mk.harness
 from mk.candidate import Candidate
 from mk.cli import main
-from mk.errors import ConfigError
 from mk.harness.results import EvalResult, TimingResult
 from mk.harness.suite import build_suite
 from mk.loaders import load_task

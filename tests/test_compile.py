@@ -59,7 +59,6 @@ class ScriptedLM(DummyLM):
         return copied
 
     def route(self, messages) -> str:
-        everything = "\n".join(m["content"] for m in messages)
         outputs = messages[0]["content"].partition("Your output fields are:")[2].partition("All interactions")[0]
         wanted = re.findall(r"^\d+\. `(\w+)`", outputs, flags=re.M)
         self.asked.append(",".join(wanted) or "reflection")
