@@ -66,6 +66,31 @@ class Target:
         with ctx:
             return jax.jit(lambda *a: fn(*a)).trace(*arg_structs).lower(lowering_platforms=(self.platform,))
 
+    def lowering_context(self, chip: str = "v6e") -> Any:
+        """Context for tracing and lowering here: without a TPU, Mosaic (and library code that asks for TPU
+        info while tracing) sees the chosen TPU generation."""
+        if self.name == "tpu" and not self.device_present():
+            return _assume_tpu_chip(chip)
+        return contextlib.nullcontext()
+
+    def interpret_params(self) -> Any:
+        """The interpreter a kernel falls back to when Pallas's HLO interpreter cannot run it: the TPU
+        interpreter (NaN-filled uninitialised memory, race detection) for tpu, the HLO interpreter otherwise."""
+        if self.name == "tpu":
+            from jax.experimental.pallas import tpu as pltpu
+
+            return pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
+        return True
+
+    def races_found(self) -> bool:
+        """Whether the TPU interpreter's race detector saw a race in the last interpreted run."""
+        if self.name != "tpu":
+            return False
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+
+        races = getattr(tpu_interpret, "races", None)
+        return bool(getattr(races, "races_found", False))
+
     # --- correctness runs ------------------------------------------------------
     @contextlib.contextmanager
     def execution(self) -> Iterator[None]:

@@ -69,12 +69,12 @@ EXPECTED = [
     Expect("control_pallas_rmsnorm.py", "rms", "tpu", ("correct",), r"all \d+ cases match"),
     Expect("control_pure_jax.py", "rms", "cpu", ("correct",), r"all \d+ cases match"),
     Expect("rule01_plain_jnp.py", "rms", "tpu", ("rejected",), r"no pallas_call"),
-    Expect("rule01_dead_pallas.py", "rms", "tpu", ("rejected",), r"no pallas_call in the candidate's jaxpr"),
-    Expect("rule01_discarded_pallas.py", "rms", "tpu", ("rejected",), r"no pallas_call in the candidate's jaxpr"),
+    Expect("rule01_dead_pallas.py", "rms", "tpu", ("rejected",), r"(no pallas_call kernel in the program|kernel \d+ of \d+ does no work)"),
+    Expect("rule01_discarded_pallas.py", "rms", "tpu", ("rejected",), r"(no pallas_call kernel in the program|kernel \d+ of \d+ does no work)"),
     Expect("rule02_try_except.py", "rms", "tpu", ("rejected",), r"line 13: try/except"),
     Expect("rule03_shape_cache.py", "tanh", "cpu", ("rejected",), r"cache trick"),
-    Expect("rule03_hidden_cache.py", "tanh", "cpu", ("incorrect", "crashed"),
-           r"(?i)tracer|outside atol|compiled for \d+ inputs but called with"),  # a leaked tracer becomes an extra input
+    # one trace at abstract shapes: the cache only ever holds that trace's value, so what runs is honest
+    Expect("rule03_hidden_cache.py", "tanh", "cpu", ("correct",), r"all \d+ cases match"),
     # measured on the cpu: the timing sets include a fresh random seed and the timed outputs are checked
     Expect("rule03_known_inputs.py", "mm", "cpu", ("incorrect",), r"timed run on input set \d+ \(fresh random seed\)",
            {"measure": True}),

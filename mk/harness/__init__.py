@@ -3,7 +3,7 @@
 Composable steps (static check, sandboxed compile/correctness/timing, cost),
 each returning a typed result; :func:`evaluate` composes them into an
 :class:`EvalResult`. Imports are lazy so the sandbox worker
-(``python -m mk.harness.worker``) does not pay for pydantic and the judge.
+(``python -m mk.harness.tracer``) does not pay for pydantic and the judge.
 
 ``mk.harness.evaluate`` is always the *function*, even after the submodule of
 the same name is imported (import its helpers with
@@ -28,7 +28,7 @@ _LAZY = {
     "FrozenSuite": "mk.harness.suite",
     "build_suite": "mk.harness.suite",
     "ReferenceCache": "mk.harness.suite",
-    "Timeouts": "mk.harness.sandbox",
+    "Timeouts": "mk.harness.process",
     "TimingOptions": "mk.harness.timing",
     "compare_outputs": "mk.harness.compare",
 }

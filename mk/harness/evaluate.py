@@ -1,8 +1,17 @@
-"""``evaluate``: the judge. Static check → sandboxed worker (compile, correctness
-cases, cost, timing) → verdict computed here, from arrays only.
+"""``evaluate``: the judge.
 
-Each step is a small function returning a :class:`StepResult`; the verdict
-(``EvalResult.status``) is decided in this process, never by the candidate's.
+Static check → **tracer** (untrusted: imports the candidate inside OS
+isolation, traces it once per scale at abstract shapes, exports programs) →
+**program checks** here (the exported target program's custom calls: kernels
+present, no host callbacks or foreign code; output tree, shapes and dtypes;
+candidate-set interpret; low-precision in-kernel dots) → **runner** (trusted
+code, never imports the candidate: ablates each kernel of the target program
+and requires the result to change, measures the work outside kernels, runs
+each case on fresh inputs, times on the device) → comparison and verdict
+here. Cases stream one at a time: generated, run, compared, deleted.
+
+Nothing the tracer says counts for a positive verdict except the programs it
+exported, which the judge checks itself; see ``docs/judge.md``.
 """
 
 from __future__ import annotations
@@ -11,6 +20,9 @@ import dataclasses
 import json
 import logging
 import secrets
+import shutil
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,18 +32,24 @@ import numpy as np
 
 from mk.candidate import Candidate, load_candidate
 from mk.errors import CandidateError, ConfigError, MkError, TaskError
-from mk.harness.compare import check_inputs, compare_outputs
+from mk.harness.arrays import encode_static, load_arrays, save_arrays
+from mk.harness.compare import compare_outputs
+from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limit_mb
 from mk.harness.results import CaseResult, CostResult, EvalResult, StepResult, TimingResult
-from mk.harness.sandbox import Sandbox, Timeouts, WorkerRun, prepare_workdir, remove_workdir
 from mk.harness.suite import Case, FrozenSuite, ReferenceCache, build_suite
 from mk.harness.timing import MIN_INPUT_SETS, TimingOptions, not_measured, plausibility_flags, summarize
-from mk.harness.worker import OUT_DIR, encode_static, load_arrays, load_indexed
 from mk.targets import Target, get_target
 from mk.task import Task
 
 log = logging.getLogger(__name__)
 
 _OOM_MARKERS = ("MemoryError", "RESOURCE_EXHAUSTED", "Out of memory", "std::bad_alloc")
+#: reject a candidate when more than this share of the reference's FLOPs runs outside its kernels; flag above FLAG
+OUTSIDE_SHARE_REJECT = 0.5
+OUTSIDE_SHARE_FLAG = 0.1
+#: errors that mean "this machine cannot lower or run it", not "the kernel is wrong"
+_UNVERIFIABLE = ("mosaic_gpu", "Mosaic GPU", "jaxlib GPU", "libtpu", "Cannot lower pallas_call on platform",
+                 "needs a GPU", "requires a GPU", "not implemented in interpret mode", "Unimplemented primitive in Pallas TPU interpret")
 
 
 def static_step(candidate: Candidate, task: Task, target: str, require_pallas: bool) -> StepResult:
@@ -44,20 +62,45 @@ def static_step(candidate: Candidate, task: Task, target: str, require_pallas: b
     return StepResult(name="static", ok=found.ok, seconds=time.perf_counter() - t0, detail=found.reason or "passed")
 
 
+class _Verdict(Exception):
+    """Raised inside the pipeline to end it with a verdict."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
 @dataclass
-class _Plan:
-    """Everything the judge prepared for one worker run."""
+class _Run:
+    """Everything one evaluation holds while it runs."""
 
     task: Task
     target: Target
     suite: FrozenSuite
-    inputs: list[list[np.ndarray]]
-    refs: list[list[np.ndarray]]
-    timed_scale: str
-    timing_reason: str = ""  # empty: timing runs
-    timing_sets: int = 0
-    timing_inputs: dict[str, list[np.ndarray]] = field(default_factory=dict)  # timing dir -> inputs, in timing order
-    verdicts: dict[int, CaseResult] = field(default_factory=dict)
+    cand: Candidate
+    timeouts: Timeouts
+    timed: str
+    require_pallas: bool
+    config: dict[str, Any]
+    measure: bool
+    timing_opts: TimingOptions
+    memory_mb: int
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mk-judge-")))
+    refs: ReferenceCache | None = None
+    tracer: Child | None = None
+    runner: Child | None = None
+    isolation: str = ""
+    programs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exported: dict[str, Any] = field(default_factory=dict)
+    cases: list[CaseResult] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    verified_by: str = ""
+    compile_detail: str = ""
+
+    @property
+    def on_device(self) -> bool:
+        return self.target.name != "cpu" and self.target.device_present()
 
 
 def evaluate(
@@ -91,7 +134,6 @@ def evaluate(
         unknown = set(config) - set(cand.config_space) if cand.config_space else set()
         if unknown:
             raise CandidateError(f"config keys {sorted(unknown)} are not in the candidate's CONFIG_SPACE", hint=f"use {sorted(cand.config_space)}")
-
     static = static_step(cand, task, tgt.name, require_pallas)
     if suite is None:
         suite = build_suite(task, scales=[scale] if scale else None)
@@ -100,29 +142,382 @@ def evaluate(
     timed = scale or (task.default_scale if task.default_scale in suite.scales else suite.scales[0])
     if timed not in suite.scales:
         raise TaskError(f"scale {timed!r} is not in the suite (it has {', '.join(suite.scales)})", hint="build the suite with that scale")
-    base = dict(task=task.name, target=tgt.name, scales=list(suite.scales), suite_hash=suite.hash, candidate_digest=cand.digest)
+    base = dict(task=task.name, target=tgt.name, scales=list(suite.scales), suite_hash=suite.hash, candidate_digest=cand.digest,
+                envelope=_envelope(task, suite))
     if not static.ok:
         return EvalResult(status="rejected", reason=static.detail, steps=_steps(static), seconds=time.perf_counter() - started, **base)
-
-    plan = _prepare(task, tgt, suite, timed, measure)
-    spec = _spec(cand, plan, require_pallas, dict(config or {}), timing or TimingOptions())
-    timing_dirs = spec["timing"]["dirs"] if spec.get("timing") else []
-    dist = suite.for_scale(timed)[0].distribution
-    # timing-only input sets come from fresh, unpredictable seeds: a candidate that recognises the frozen
-    # inputs (a lookup table keyed on input values) is caught when the judge checks the timed outputs
-    extra = {d: [np.asarray(x) for x in task.make_inputs(timed, secrets.randbelow(2**31), dist)]
-             for d in timing_dirs if d.startswith("timing")}
-    by_dir = {f"case_{i:03d}": x for i, x in enumerate(plan.inputs)}
-    plan.timing_inputs = {d: extra[d] if d in extra else by_dir[d] for d in timing_dirs}
-    reference = ReferenceCache(task).export(timed, ("cpu", tgt.platform)) if spec.get("timing") else None
-    workdir = prepare_workdir(cand.source, spec, plan.inputs, reference, extra_inputs=extra)
+    run = _Run(task, tgt, suite, cand, timeouts or Timeouts(), timed, require_pallas, dict(config or {}), measure,
+               timing or TimingOptions(), int(memory_limit_mb or default_memory_limit_mb()))
+    status, reason = "correct", ""
+    timing_res: TimingResult | None = None
+    cost_res: CostResult | None = None
     try:
-        env = {"JAX_PLATFORMS": "cpu"} if tgt.name == "cpu" else {}
-        run = Sandbox(workdir, timeouts=timeouts, memory_limit_mb=memory_limit_mb, env=env).run(lambda i: _judge_case(plan, workdir, i))
-        result = _verdict(plan, run, workdir, static, base)
+        _start(run)
+        _trace(run)
+        _check_programs(run)
+        _ablate(run)
+        _run_cases(run)
+        reason = f"all {len(run.suite.cases)} cases match the reference"
+        timing_res, cost_res = _time_and_cost(run)
+    except _Verdict as v:
+        status, reason = v.status, v.reason
+    except ChildFailed as exc:
+        status, reason = _child_verdict(run, exc)
+    except MkError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - mk's own failure must end in a recorded verdict, not a traceback
+        log.exception("the judge failed on %s", task.name)
+        status, reason = "harness_error", f"mk's judge failed ({type(exc).__name__}: {exc}); please report it"
     finally:
-        remove_workdir(workdir)
-    return result.model_copy(update={"seconds": time.perf_counter() - started, "reason": _one_line(result.reason)})
+        for child in (run.tracer, run.runner):
+            if child is not None:
+                child.close()
+        shutil.rmtree(run.root, ignore_errors=True)
+    if timing_res is None:
+        why = "not measured: the candidate is not correct" if status != "correct" else _no_timing(run)
+        timing_res = not_measured(why, timed)
+    steps = _steps(static, _compile_step(run, status), _correctness_step(run, status),
+                   StepResult(name="timing", ok=timing_res.measured if status == "correct" and not _no_timing(run) else None,
+                              seconds=run.seconds.get("timing", 0.0), detail=_timing_detail(timing_res)),
+                   StepResult(name="cost", ok=(cost_res is not None and cost_res.candidate_flops is not None) or None,
+                              detail=cost_res.note if cost_res else _no_cost(run)))
+    return EvalResult(status=status, reason=_one_line(reason), steps=steps, cases=run.cases, timing=timing_res, cost=cost_res,
+                      flags=run.flags, isolation=run.isolation, verified_by=run.verified_by if status == "correct" else "",
+                      seconds=time.perf_counter() - started, **base)
+
+
+# --- the pipeline -------------------------------------------------------------------
+def _start(run: _Run) -> None:
+    """Start the tracer (isolated) and the runner side by side: both import JAX at once."""
+    from mk.harness import isolation
+
+    tdir, rdir = run.root / "tracer", run.root / "runner"
+    for d in (tdir, rdir):
+        d.mkdir()
+    (tdir / "candidate.py").write_text(run.cand.source, encoding="utf-8")
+    (tdir / "spec.json").write_text(json.dumps(_spec(run)))
+    env = {"JAX_PLATFORMS": "cpu"} if run.target.name == "cpu" or not run.target.device_present() else {}
+    iso = isolation.detect()
+    run.isolation = iso.description
+    argv = [sys.executable, "-I", "-B", "-m", "mk.harness.tracer", str(tdir)]
+    run.tracer = _child(iso, argv, tdir, run, env)
+    run.runner = Child([sys.executable, "-I", "-B", "-m", "mk.harness.runner", str(rdir)], rdir, run.memory_mb, env=env).start()
+
+
+def _child(iso: Any, argv: list[str], workdir: Path, run: _Run, env: Mapping[str, str]) -> Child:
+    return Child(argv, workdir, run.memory_mb, env=env, wrapper=lambda a, w, fds: iso.wrap(a, w, keep_fds=fds)).start()
+
+
+def _trace(run: _Run) -> None:
+    n = len(run.suite.scales)
+    reply = run.tracer.ask({"op": "load"}, run.timeouts.import_s, "import")
+    if reply.get("ok"):
+        run.seconds.update({str(k): float(v) for k, v in (reply.get("seconds") or {}).items() if isinstance(v, (int, float))})
+        reply = run.tracer.ask({"op": "trace"}, run.timeouts.compile_s * n, "compile (trace and lower)")
+    run.seconds.update({str(k): float(v) for k, v in (reply.get("seconds") or {}).items() if isinstance(v, (int, float))})
+    if reply.get("rejected"):
+        raise _Verdict("rejected", str(reply["rejected"]))
+    if not reply.get("ok"):
+        phase, text = reply.get("phase", "compile"), _last_line(str(reply.get("error", "unknown error")))
+        where = str(reply.get("where") or "")
+        if _oom(text):
+            raise _Verdict("crashed", f"out of memory during {phase}: {text}")
+        if any(m in text for m in _UNVERIFIABLE):
+            raise _Verdict("unverifiable_here", f"cannot lower or run this kernel here ({text}); judge it on a {run.target.name} device")
+        what = "failed to import" if phase == "import" else f"failed the {run.target.name} compile check"
+        at = f" at scale {reply['scale']}" if reply.get("scale") else ""
+        raise _Verdict("compile_error", f"candidate {what}{at}: {text}{where}")
+    scales = reply.get("scales")
+    if not isinstance(scales, dict) or set(scales) != set(run.suite.scales):
+        raise _Verdict("crashed", "the tracer's reply does not cover the suite's scales")
+    run.programs = scales
+    run.compile_detail = f"traced once per scale and lowered for {run.target.platform}"
+
+
+def _check_programs(run: _Run) -> None:
+    """Rules 1, 16, 17, 18, 19 on the exported programs (the tracer's facts only add reasons)."""
+    import jax
+    from jax import export
+
+    from mk.harness import program
+
+    for scale in run.suite.scales:
+        facts = run.programs[scale]
+        if facts.get("callbacks"):
+            raise _Verdict("rejected", f"host callback ({', '.join(map(str, facts['callbacks']))}) in the candidate's program at "
+                                       f"scale {scale}: the computation must run on the device, not in Python")
+        if facts.get("candidate_interpret") and run.target.name != "cpu":
+            raise _Verdict("rejected", f"the candidate sets interpret mode on its kernel ({facts['candidate_interpret'][0]}): on a "
+                                       f"{run.target.name} it would never run as a kernel; leave interpret to the judge")
+        files = {form: facts.get(f"{form}_file") for form in ("target", "cpu")}
+        for form, name in files.items():
+            if name is not None and (not isinstance(name, str) or "/" in name or not (run.tracer.workdir / name).is_file()):
+                raise _Verdict("crashed", f"the tracer named a {form} program it did not write ({name!r})")
+        if files["target"] is None:
+            raise _Verdict("compile_error", f"no program was exported for {run.target.name} at scale {scale}")
+        exported = {form: export.deserialize(bytearray((run.tracer.workdir / name).read_bytes()))
+                    for form, name in files.items() if name}
+        sites = program.custom_calls(exported["target"].mlir_module())
+        foreign = program.foreign_calls(sites, run.target.name)
+        if foreign:
+            raise _Verdict("rejected", f"the program calls custom code {foreign[0].target!r} at scale {scale}: only "
+                                       f"{run.target.name} kernels may appear as custom calls (no host callbacks)")
+        for form, exp in exported.items():
+            if form == "cpu" and program.custom_calls(exp.mlir_module()):
+                raise _Verdict("rejected", f"the CPU form of the program contains custom calls at scale {scale}")
+        kernels = program.kernel_calls(sites, run.target.name)
+        if run.require_pallas and not kernels:
+            raise _Verdict("rejected", f"no pallas_call kernel in the program lowered for {run.target.name} at scale {scale}: "
+                                       "write the computation as a Pallas kernel (a pallas_call the program does not use, or one "
+                                       "the candidate runs in interpret mode, does not count), or judge it as a pure-JAX rewrite")
+        want = jax.eval_shape(run.task.bind(run.task.reference, scale), *run.task.arg_structs(scale))
+        why = _structure_mismatch(want, exported["target"])
+        if why:
+            raise _Verdict("incorrect", f"scale {scale}: {why}")
+        if facts.get("low_precision_dots") and _pins_highest(run.task):
+            raise _Verdict("rejected", f"{facts['low_precision_dots'][0]} on a float32 task whose reference runs at HIGHEST "
+                                       "precision (one bf16 pass on a TPU): use precision=HIGHEST in the kernel")
+        run.exported[scale] = exported
+        facts["kernel_calls"] = len(kernels)
+        if files["cpu"] is None and not run.on_device and run.target.name != "cpu":
+            run.flags.append(f"scale {scale}: {facts.get('cpu_error') or 'the HLO interpreter cannot run this kernel'}; its cases "
+                             "ran in the TPU interpreter inside the isolated tracer (weaker: see the verdict's verified_by)")
+    files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in run.suite.scales}
+    copied = {}
+    for scale, forms in files.items():
+        copied[scale] = {}
+        for form, name in forms.items():
+            if name:
+                dest = f"{scale}.{form}.export"
+                shutil.copyfile(run.tracer.workdir / name, run.runner.workdir / dest)
+                copied[scale][form] = dest
+    refs = {}
+    timing = _wants_timing(run)
+    for scale in run.suite.scales:
+        platforms = ("cpu", run.target.platform) if timing and scale == run.timed else ("cpu",)
+        dest = f"{scale}.reference.export"
+        (run.runner.workdir / dest).write_bytes(_refs(run).export(scale, platforms))
+        refs[scale] = dest
+    run.runner.ask({"op": "load", "programs": copied, "reference": refs, "on_device": run.on_device},
+                   run.timeouts.import_s, "loading the programs")
+
+
+def _ablate(run: _Run) -> None:
+    """Rule 15: every kernel must change the result when its outputs are replaced, and the reference's
+    work must run inside kernels (the judge's own variants of the target program, run on the CPU)."""
+    if run.target.name == "cpu":
+        return
+    for scale in run.suite.scales:
+        n = run.programs[scale]["kernel_calls"]
+        if not n:
+            continue
+        case = run.suite.for_scale(scale)[0]
+        folder = _write_inputs(run, "ablate_" + scale, run.suite.inputs(run.task, case))
+        reply = run.runner.ask({"op": "ablate", "scale": scale, "dir": folder.name, "kernels": n},
+                               run.timeouts.compile_s + run.timeouts.case_s * (n + 2), f"the kernel ablation at scale {scale}")
+        shutil.rmtree(folder, ignore_errors=True)
+        if not reply.get("ok"):
+            run.flags.append(f"scale {scale}: kernel ablation could not run ({_last_line(str(reply.get('error')))})")
+            continue
+        dead = [k for k, changed in enumerate(reply["changed"]) if not changed]
+        if dead:
+            raise _Verdict("rejected", f"kernel {dead[0] + 1} of {n} does no work at scale {scale}: replacing its outputs by NaN "
+                                       "leaves the result unchanged (an unused, dead-branch or overridden pallas_call)")
+        outside, ref = reply.get("outside_flops"), reply.get("reference_flops")
+        if outside is not None and ref:
+            share = outside / ref
+            if share > OUTSIDE_SHARE_REJECT:
+                raise _Verdict("rejected", f"{share:.0%} of the reference's FLOPs run outside the kernels at scale {scale} "
+                                           f"({outside:.3g} of {ref:.3g}): the pallas_call must do the work, not XLA")
+            if share > OUTSIDE_SHARE_FLAG:
+                run.flags.append(f"scale {scale}: {share:.0%} of the reference's FLOPs run outside the kernels")
+
+
+def _run_cases(run: _Run) -> None:
+    """Each case: inputs generated here, the program run by the runner (or, for a kernel only the TPU
+    interpreter runs, by the tracer), outputs compared here, files deleted."""
+    forms = set()
+    for i, case in enumerate(run.suite.cases):
+        inputs = run.suite.inputs(run.task, case)
+        expected = _refs(run).outputs(case, inputs)
+        who, form = _executor(run, case.scale)
+        forms.add(form)
+        folder = _write_inputs(run, f"case_{i:03d}", inputs, into=who.workdir)
+        steps = int(run.programs[case.scale].get("grid_steps") or 0)
+        limit = run.timeouts.case_s * (1 if run.on_device else min(20.0, max(1.0, steps / 256)))
+        what = f"case {i} ({case.scale}, seed {case.seed}, {case.distribution})"
+        reply = who.ask({"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": folder.name, "form": form},
+                        limit, what)
+        if not reply.get("ok"):
+            text = _last_line(str(reply.get("error", "")))
+            if _oom(text):
+                raise _Verdict("crashed", f"{what} ran out of memory: {text}")
+            if any(m in text for m in _UNVERIFIABLE) or reply.get("error_type") == "NotImplementedError":
+                raise _Verdict("unverifiable_here", f"{what}: the CPU interpreter cannot execute this kernel ({text}); "
+                                                    f"judge it on a {run.target.name} device")
+            raise _Verdict("incorrect", f"{what} raised {text}")
+        run.seconds[f"case_{i}"] = float(reply.get("seconds") or 0.0)
+        if reply.get("races"):
+            raise _Verdict("rejected", f"{what}: the TPU interpreter's race detector found a data race (a DMA or a "
+                                       "semaphore is not waited for before the buffer is used)")
+        try:
+            got = load_arrays(folder, "out")
+        except (OSError, ValueError) as exc:
+            raise _Verdict("crashed", f"{what}: outputs unreadable ({exc})") from None
+        shutil.rmtree(folder, ignore_errors=True)
+        cmp = compare_outputs(expected, got, run.task.tolerance)
+        run.cases.append(CaseResult(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution, ok=cmp.ok,
+                                    max_abs=cmp.max_abs, max_rel=cmp.max_rel, note=cmp.reason))
+        del inputs, expected, got
+        if not cmp.ok:
+            raise _Verdict("incorrect", f"{what}: {cmp.reason}")
+    run.verified_by = ", ".join(sorted(forms))
+
+
+def _executor(run: _Run, scale: str) -> tuple[Child, str]:
+    if run.on_device or run.target.name == "cpu":
+        return run.runner, "target"
+    if run.programs[scale].get("cpu_file"):
+        return run.runner, "cpu"
+    return run.tracer, "tracer interpreter"
+
+
+def _time_and_cost(run: _Run) -> tuple[TimingResult, CostResult | None]:
+    cost = None
+    if run.target.name == "cpu" or run.on_device:
+        t0 = time.perf_counter()
+        reply = run.runner.ask({"op": "cost", "scale": run.timed, "form": "target"}, run.timeouts.cost_s, "cost analysis")
+        if reply.get("ok"):
+            flops, nbytes = float(reply["flops"]), float(reply["bytes"])
+            cost = CostResult(candidate_flops=flops if flops >= 0 else None, candidate_bytes=nbytes if nbytes >= 0 else None,
+                              note="XLA cost analysis of the exported program (compiled by the judge's runner)")
+        run.seconds["cost"] = time.perf_counter() - t0
+    if not _wants_timing(run):
+        return not_measured(_no_timing(run), run.timed), cost
+    cases = [c for c in run.suite.cases if c.scale == run.timed]
+    dist = cases[0].distribution
+    sets: list[tuple[str, list[np.ndarray]]] = [(f"case {run.suite.cases.index(c)}", run.suite.inputs(run.task, c)) for c in cases]
+    while len(sets) < MIN_INPUT_SETS or not any(name.startswith("fresh") for name, _ in sets):
+        # fresh, unpredictable seeds: a candidate that recognises the frozen inputs is caught on the timed outputs
+        sets.append(("fresh random seed", [np.asarray(x) for x in run.task.make_inputs(run.timed, secrets.randbelow(2**31), dist)]))
+    dirs = [_write_inputs(run, f"timing_{k}", x).name for k, (_, x) in enumerate(sets)]
+    t0 = time.perf_counter()
+    reply = run.runner.ask({"op": "time", "scale": run.timed, "dirs": dirs, "opts": run.timing_opts.to_spec(run.timed, dirs),
+                            "form": "target"}, run.timeouts.timing_s, "timing")
+    run.seconds["timing"] = time.perf_counter() - t0
+    if not reply.get("ok"):
+        return not_measured(f"not measured: timing failed ({_last_line(str(reply.get('error')))})", run.timed), cost
+    refs = _refs(run)
+    for k, (name, inputs) in enumerate(sets):
+        got = load_arrays(run.runner.workdir / dirs[k], "out")
+        cmp = compare_outputs(refs.compute(run.timed, inputs), got, run.task.tolerance)
+        if not cmp.ok:
+            raise _Verdict("incorrect", f"timed run on input set {k} ({name}): {cmp.reason}")
+    timing = summarize(np.asarray(reply["candidate"]), np.asarray(reply["reference"]), scale=run.timed, input_sets=len(sets))
+    floor = None
+    if timing.measured:
+        cost, floor = _reference_cost(run, cost, sets[0][1])
+    run.flags.extend(plausibility_flags(timing, floor))
+    return timing, cost
+
+
+# --- helpers -------------------------------------------------------------------------
+def _refs(run: _Run) -> ReferenceCache:
+    if run.refs is None:
+        run.refs = ReferenceCache(run.task)
+    return run.refs
+
+
+def _write_inputs(run: _Run, name: str, inputs: list[np.ndarray], into: Path | None = None) -> Path:
+    folder = (into or run.runner.workdir) / name
+    shutil.rmtree(folder, ignore_errors=True)
+    save_arrays(folder, "in", list(inputs))
+    return folder
+
+
+def _spec(run: _Run) -> dict[str, Any]:
+    task = run.task
+    scales = []
+    for name in run.suite.scales:
+        try:
+            static = [encode_static(v) for v in task.static_values(name)]
+        except TypeError as exc:
+            raise TaskError(f"task {task.name!r}: {exc}", hint="use JSON-able static values (numbers, strings, tuples, dtypes)") from None
+        structs = [[list(s.shape), np.dtype(s.dtype).name] for s in task.arg_structs(name)]
+        scales.append({"name": name, "static": static, "structs": structs})
+    return {"entry": run.cand.entry, "target": run.target.name, "config": run.config, "static_as_kwargs": task.static_as_kwargs,
+            "static_names": [s.name for s in task.static], "scales": scales}
+
+
+def _envelope(task: Task, suite: FrozenSuite) -> dict[str, Any]:
+    """What a verdict verified: per scale the input shapes, dtypes and static values; the tolerance; the cases."""
+    scales = {}
+    for name in suite.scales:
+        try:
+            static = {s.name: repr(v) for s, v in zip(task.static, task.static_values(name))}
+        except Exception:  # noqa: BLE001 - descriptive only
+            static = {}
+        scales[name] = {"inputs": [[list(s.shape), np.dtype(s.dtype).name] for s in task.arg_structs(name)], "static": static}
+    tol = task.tolerance
+    return {"scales": scales, "tolerance": {"atol": getattr(tol, "atol", None), "rtol": getattr(tol, "rtol", None)},
+            "cases": len(suite.cases), "suite_hash": suite.hash}
+
+
+def _structure_mismatch(want: Any, exported: Any) -> str | None:
+    import jax
+
+    tree = jax.tree_util.tree_structure(want)
+    if tree != exported.out_tree:
+        return f"the output structure {exported.out_tree} differs from the reference's {tree}"
+    for k, (w, got) in enumerate(zip(jax.tree_util.tree_leaves(want), exported.out_avals)):
+        if tuple(w.shape) != tuple(got.shape) or np.dtype(w.dtype) != np.dtype(got.dtype):
+            return (f"output {k} is {np.dtype(got.dtype).name}{list(got.shape)}, the reference's is "
+                    f"{np.dtype(w.dtype).name}{list(w.shape)}")
+    return None
+
+
+def _pins_highest(task: Task) -> bool:
+    """Float32 tasks are judged at HIGHEST matmul precision (the judge pins it for the reference)."""
+    return any(np.dtype(s.dtype) == np.float32 for s in task.arg_structs(task.default_scale))
+
+
+def _wants_timing(run: _Run) -> bool:
+    return not _no_timing(run)
+
+
+def _no_timing(run: _Run) -> str:
+    if not run.measure:
+        return "timing not requested (--no-time)"
+    if not run.target.can_time():
+        return (f"not measured: no {run.target.name} device here (correctness ran in {run.target.mode()} mode); "
+                "a speedup needs the real device")
+    return ""
+
+
+def _child_verdict(run: _Run, exc: ChildFailed) -> tuple[str, str]:
+    where = exc.message
+    if exc.outcome == "timeout":
+        return "timeout", where
+    if _oom(exc.log_tail) or "memory limit" in where:
+        return "crashed", where if "memory" in where else f"{where}: out of memory"
+    tail = _last_line(exc.log_tail)
+    return "crashed", f"{where}{f' (log: {tail[-300:]})' if tail else ''}"
+
+
+def _compile_step(run: _Run, status: str) -> StepResult:
+    ok = bool(run.programs) and status not in ("compile_error",)
+    secs = sum(v for k, v in run.seconds.items() if k == "import" or k.startswith("compile"))
+    return StepResult(name="compile", ok=ok if run.programs or status == "compile_error" else None, seconds=secs,
+                      detail=run.compile_detail if ok else "did not compile" if status == "compile_error" else "not run")
+
+
+def _correctness_step(run: _Run, status: str) -> StepResult:
+    n = len(run.suite.cases)
+    passed = sum(c.ok for c in run.cases)
+    ran = bool(run.cases) or status == "correct"
+    return StepResult(name="correctness", ok=(passed == n and status == "correct") if ran else None,
+                      seconds=sum(v for k, v in run.seconds.items() if k.startswith("case_")),
+                      detail=f"{passed}/{n} cases passed" + (f" ({run.verified_by})" if run.verified_by else "") if ran else "not run")
 
 
 def _timeouts(given: Mapping[str, float]) -> Timeouts:
@@ -143,201 +538,37 @@ def _as_candidate(candidate: Candidate | str | Path) -> Candidate:
     return Candidate.from_source(candidate)
 
 
-def _prepare(task: Task, tgt: Target, suite: FrozenSuite, timed: str, measure: bool) -> _Plan:
-    cache = ReferenceCache(task)
-    inputs = [suite.inputs(task, c) for c in suite.cases]
-    refs = [cache.outputs(c, x) for c, x in zip(suite.cases, inputs)]
-    if not measure:
-        reason = "timing not requested (--no-time)"
-    elif not tgt.can_time():
-        reason = f"not measured: no {tgt.name} device here (correctness ran in {tgt.mode()} mode); a speedup needs the real device"
-    else:
-        reason = ""
-    return _Plan(task, tgt, suite, inputs, refs, timed, reason)
-
-
-def _spec(cand: Candidate, plan: _Plan, require_pallas: bool, config: dict[str, Any], opts: TimingOptions) -> dict[str, Any]:
-    task = plan.task
-    scales = []
-    for name in plan.suite.scales:
-        try:
-            static = [encode_static(v) for v in task.static_values(name)]
-        except TypeError as exc:
-            raise TaskError(f"task {task.name!r}: {exc}", hint="use JSON-able static values (numbers, strings, tuples, dtypes)") from None
-        structs = [[list(s.shape), np.dtype(s.dtype).name] for s in task.arg_structs(name)]
-        scales.append({"name": name, "static": static, "structs": structs})
-    cases = [{"dir": f"case_{i:03d}", "scale": c.scale} for i, c in enumerate(plan.suite.cases)]
-    spec: dict[str, Any] = {
-        "entry": cand.entry, "target": plan.target.name, "require_pallas": require_pallas, "config": config,
-        "static_as_kwargs": task.static_as_kwargs, "static_names": [s.name for s in task.static],
-        "scales": scales, "cases": cases, "timing": None, "cost": None,
-    }
-    if plan.target.name == "cpu" or plan.target.device_present():
-        spec["cost"] = {"scale": plan.timed_scale}
-    if not plan.timing_reason:
-        dirs = [cases[i]["dir"] for i, c in enumerate(plan.suite.cases) if c.scale == plan.timed_scale]
-        dirs += [f"timing_{k}" for k in range(max(1, MIN_INPUT_SETS - len(dirs)))]  # at least one fresh set
-        spec["timing"] = opts.to_spec(plan.timed_scale, dirs)
-        plan.timing_sets = len(dirs)
-    return spec
-
-
-def _describe(case: Case, i: int) -> str:
-    return f"case {i} ({case.scale}, seed {case.seed}, {case.distribution})"
-
-
-def _judge_case(plan: _Plan, workdir: Path, i: int) -> bool:
-    """Compare case ``i`` as soon as the worker has written it; False stops the worker."""
-    if not 0 <= i < len(plan.suite.cases) or i in plan.verdicts:
-        return False  # a message no honest worker sends
-    case = plan.suite.cases[i]
-    folder = workdir / OUT_DIR / f"case_{i:03d}"
-    base = dict(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution)
-    try:
-        outputs = load_arrays(folder, "out")
-        after = load_indexed(folder, "in")
-    except (OSError, ValueError) as exc:
-        plan.verdicts[i] = CaseResult(ok=False, note=f"unreadable outputs: {exc}", **base)
-        return False
-    got = compare_outputs(plan.refs[i], outputs, plan.task.tolerance)
-    mutated = check_inputs(plan.inputs[i], after)
-    note = mutated or got.reason
-    plan.verdicts[i] = CaseResult(ok=got.ok and mutated is None, max_abs=got.max_abs, max_rel=got.max_rel, note=note, **base)
-    return plan.verdicts[i].ok
-
-
-def _verdict(plan: _Plan, run: WorkerRun, workdir: Path, static: StepResult, base: dict[str, Any]) -> EvalResult:
-    cases = [plan.verdicts[i] for i in sorted(plan.verdicts)]
-    n = len(plan.suite.cases)
-    secs = run.seconds
-    compile_ok = "compile" in secs
-    log_line = run.stderr_tail.splitlines()[-1] if run.stderr_tail and run.outcome == "crashed" else ""
-    compile_step = StepResult(name="compile", ok=compile_ok, seconds=secs.get("import", 0.0) + secs.get("compile", 0.0),
-                              detail="lowered for " + plan.target.platform if compile_ok else _join(run.message or run.outcome, log_line))
-    if run.phase in ("import", "compile") and run.outcome != "finished" and not compile_ok:
-        status = {"failed": "compile_error", "rejected": "rejected"}.get(run.outcome, run.outcome)
-        what = "failed to import" if run.phase == "import" else f"failed the {plan.target.name} compile check"
-        reason = run.message if run.outcome == "rejected" else f"candidate {what}: {run.message}"
-        if run.outcome in ("timeout", "crashed"):
-            reason = f"{run.outcome} during {run.phase}: {run.message}"
-        if _oom(run.message):
-            status, reason = "crashed", f"out of memory during {run.phase}: {run.message}"
-        return EvalResult(status=status, reason=reason, steps=_steps(static, compile_step, StepResult(name="correctness")),
-                          cases=cases, **base)
-    bad = next((c for c in cases if not c.ok), None)
-    correctness = StepResult(name="correctness", ok=bad is None and len(cases) == n,
-                             seconds=sum(v for k, v in secs.items() if k.startswith("case_")),
-                             detail=_join(f"{sum(c.ok for c in cases)}/{n} cases passed", log_line))
-    status, reason = "correct", f"all {n} cases match the reference"
-    if bad is not None:
-        status, reason = "incorrect", f"{_describe(plan.suite.cases[bad.index], bad.index)}: {bad.note}"
-    elif len(cases) < n:  # the worker stopped before every case was judged
-        where = _describe(plan.suite.cases[run.index], run.index) if run.phase == "case" and run.index < n else run.phase
-        if run.outcome == "failed" and _oom(run.message):
-            status, reason = "crashed", f"{where} ran out of memory: {run.message}"
-        elif run.outcome == "failed":
-            status, reason = "incorrect", f"{where} raised {run.message}"
-        elif run.outcome == "timeout":
-            status, reason = "timeout", f"{where}: {run.message}"
-        elif run.outcome in ("crashed", "rejected"):
-            status, reason = run.outcome, run.message
-        else:
-            status, reason = "crashed", f"the worker ended after {len(cases)} of {n} cases ({run.outcome})"
-    elif run.outcome in ("timeout", "crashed", "rejected"):
-        status, reason = run.outcome, run.message
-    if status == "correct" and "timing" in secs:
-        wrong = _check_timed_outputs(plan, workdir)
-        if wrong:
-            status, reason = "incorrect", wrong
-    timing_res, cost_res, flags = _timing_and_cost(plan, run, workdir, status == "correct")
-    steps = _steps(static, compile_step, correctness,
-                   StepResult(name="timing", ok=None if plan.timing_reason or status != "correct" else timing_res.measured,
-                              seconds=secs.get("timing", 0.0),
-                              detail=_timing_detail(timing_res)),
-                   StepResult(name="cost", ok=(cost_res is not None and cost_res.candidate_flops is not None) or None,
-                              seconds=secs.get("cost", 0.0), detail=cost_res.note if cost_res else _no_cost(plan)))
-    return EvalResult(status=status, reason=reason, steps=steps, cases=cases, timing=timing_res, cost=cost_res, flags=flags, **base)
-
-
-def _check_timed_outputs(plan: _Plan, workdir: Path) -> str | None:
-    """What the candidate returned in its timed runs must match the reference too (a candidate that computes
-    honestly for the cases and cheaply for the timing, or only on inputs it recognises, is incorrect)."""
-    cache = ReferenceCache(plan.task)
-    refs_by_dir = {f"case_{i:03d}": r for i, r in enumerate(plan.refs)}
-    for k, (d, inputs) in enumerate(plan.timing_inputs.items()):
-        where = f"timed run on input set {k} ({'fresh random seed' if d.startswith('timing') else d})"
-        try:
-            outputs = load_arrays(workdir / OUT_DIR / "timing" / f"set_{k}", "out")
-        except (OSError, ValueError) as exc:
-            return f"{where}: outputs missing or unreadable ({exc})"
-        refs = refs_by_dir.get(d) or cache.compute(plan.timed_scale, inputs)
-        got = compare_outputs(refs, outputs, plan.task.tolerance)
-        if not got.ok:
-            return f"{where}: {got.reason}"
-    return None
-
-
-def _timing_and_cost(plan: _Plan, run: WorkerRun, workdir: Path, correct: bool) -> tuple[TimingResult, CostResult | None, list[str]]:
-    out = workdir / OUT_DIR
-    cost = _read_cost(out / "cost.json", run)
-    if plan.timing_reason:
-        return not_measured(plan.timing_reason, plan.timed_scale), cost, []
-    if not correct:
-        return not_measured("not measured: the candidate is not correct", plan.timed_scale), cost, []
-    if "timing" not in run.seconds:
-        return not_measured(f"not measured: the worker did not finish timing ({run.message or run.outcome})", plan.timed_scale), cost, []
-    try:
-        cand, ref = load_arrays(out / "timing", "cand")[0], load_arrays(out / "timing", "ref")[0]
-    except (OSError, ValueError, IndexError) as exc:
-        return not_measured(f"not measured: timing samples unreadable ({exc})", plan.timed_scale), cost, []
-    timing = summarize(cand, ref, scale=plan.timed_scale, input_sets=plan.timing_sets)
-    floor = None
-    if timing.measured:
-        cost, floor = _reference_cost(plan, cost)
-    return timing, cost, plausibility_flags(timing, floor)
-
-
-def _read_cost(path: Path, run: WorkerRun) -> CostResult | None:
-    if "cost" not in run.seconds:
-        return None
-    try:
-        data = json.loads(path.read_text())
-        flops, nbytes = float(data["flops"]), float(data["bytes"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return CostResult(note=f"cost analysis unreadable: {exc}")
-    return CostResult(candidate_flops=flops if flops >= 0 else None, candidate_bytes=nbytes if nbytes >= 0 else None,
-                      note="XLA cost analysis of the candidate compiled here (reported by the sandbox)")
-
-
-def _reference_cost(plan: _Plan, cost: CostResult | None) -> tuple[CostResult | None, float | None]:
+def _reference_cost(run: _Run, cost: CostResult | None, inputs: list[np.ndarray]) -> tuple[CostResult | None, float | None]:
     """The judge's own XLA cost of the reference, and the roofline floor where the hardware is known."""
     import jax
 
-    task, scale = plan.task, plan.timed_scale
+    task, scale = run.task, run.timed
     try:
         analysis = jax.jit(task.bind(task.reference, scale)).lower(*task.arg_structs(scale)).compile().cost_analysis()
         analysis = analysis[0] if isinstance(analysis, (list, tuple)) and analysis else analysis or {}
         rflops, rbytes = float(analysis.get("flops", 0.0)), float(analysis.get("bytes accessed", 0.0))
-    except Exception as exc:  # cost is informational; never fail a verdict over it
+    except Exception as exc:  # noqa: BLE001 - cost is informational; never fail a verdict over it
         log.info("reference cost analysis failed: %s", exc)
         return cost, None
     cost = (cost or CostResult()).model_copy(update={"reference_flops": rflops, "reference_bytes": rbytes})
-    floor = _roofline_floor(plan, rflops)
+    floor = _roofline_floor(run, rflops, inputs)
     if floor is not None:
         cost = cost.model_copy(update={"roofline_floor_s": floor})
     return cost, floor
 
 
-def _roofline_floor(plan: _Plan, flops: float) -> float | None:
+def _roofline_floor(run: _Run, flops: float, inputs: list[np.ndarray]) -> float | None:
     from mk import hardware
 
-    kind = plan.target.device_kind()
+    kind = run.target.device_kind()
     spec = hardware.spec_for_device_kind(kind) if kind else None
     if spec is None or spec.approximate:
         return None
-    i = next(k for k, c in enumerate(plan.suite.cases) if c.scale == plan.timed_scale)
-    io = sum(x.nbytes for x in plan.inputs[i]) + sum(x.nbytes for x in plan.refs[i])  # compulsory traffic
-    dtype = next((x.dtype.name for x in plan.inputs[i] if x.dtype.kind in "fV"), "float32")
+    import jax
+
+    outs = jax.eval_shape(run.task.bind(run.task.reference, run.timed), *run.task.arg_structs(run.timed))
+    io = sum(x.nbytes for x in inputs) + sum(int(np.prod(o.shape)) * np.dtype(o.dtype).itemsize for o in jax.tree_util.tree_leaves(outs))
+    dtype = next((x.dtype.name for x in inputs if x.dtype.kind in "fV"), "float32")
     try:
         return hardware.roofline_seconds(max(flops, 0.0), float(io), spec, dtype)
     except MkError as exc:
@@ -345,9 +576,9 @@ def _roofline_floor(plan: _Plan, flops: float) -> float | None:
         return None
 
 
-def _no_cost(plan: _Plan) -> str:
-    if plan.target.name != "cpu" and not plan.target.device_present():
-        return f"not computed: the {plan.target.name} kernel runs interpreted here, so an XLA cost would not describe it"
+def _no_cost(run: _Run) -> str:
+    if run.target.name != "cpu" and not run.target.device_present():
+        return f"not computed: the {run.target.name} kernel runs interpreted here, so an XLA cost would not describe it"
     return "not run"
 
 
@@ -357,17 +588,17 @@ def _timing_detail(t: TimingResult) -> str:
     return f"speedup {t.speedup:.3g}x (candidate {t.candidate_median_s:.3g} s, reference {t.reference_median_s:.3g} s, {t.runs} runs)"
 
 
-def _one_line(text: str, limit: int = 400) -> str:
-    """The reason is one line a person can act on: the first non-empty line, trimmed."""
+def _last_line(text: str) -> str:
+    """The line of an error that says what went wrong: the last non-empty one (Python puts the cause last)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else text.strip()
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    """The reason is one line a person can act on."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    first = lines[0] if lines else text.strip()
-    if len(lines) > 1 and first.endswith(":"):
-        first = f"{first} {lines[1]}"
-    return first if len(first) <= limit else first[: limit - 3] + "..."
-
-
-def _join(text: str, log_line: str) -> str:
-    return f"{text} (worker log: {log_line[-300:]})" if log_line else text
+    first = " ".join(lines) if len(lines) <= 3 else f"{lines[0]} ... {lines[-1]}"
+    return first if len(first) <= limit else first[: limit // 2 - 3] + " ... " + first[-(limit // 2) + 2:]
 
 
 def _oom(message: str) -> bool:

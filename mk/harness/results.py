@@ -7,7 +7,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["correct", "incorrect", "rejected", "compile_error", "timeout", "crashed"]
+#: ``unverifiable_here``: the judge could not check the candidate on this machine (it needs a device to lower or
+#: to run), which says nothing about it being wrong; ``harness_error``: mk itself failed.
+Status = Literal["correct", "incorrect", "rejected", "compile_error", "timeout", "crashed", "unverifiable_here", "harness_error"]
 STEP_NAMES = ("static", "compile", "correctness", "timing", "cost")
 
 
@@ -91,6 +93,14 @@ class EvalResult(BaseModel):
     cost: Optional[CostResult] = None
     flags: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    #: how the candidate's process was contained (``bwrap: ...``, ``unshare: ...``, ``none: ...``)
+    isolation: str = ""
+    #: where the compared outputs came from: ``device program`` (the exported target program on the device),
+    #: ``exported cpu program`` (the same trace, kernels in Pallas's HLO interpreter, run by the judge's runner),
+    #: or ``tracer interpreter`` (a kernel only the TPU interpreter runs, executed in the isolated tracer)
+    verified_by: str = ""
+    #: what was verified: per scale the input shapes/dtypes and statics, the tolerance and the case count
+    envelope: dict = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

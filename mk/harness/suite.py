@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from mk.errors import TaskError
-from mk.harness.worker import load_arrays, save_arrays
+from mk.harness.arrays import load_arrays, save_arrays
 from mk.task import FLOAT_DISTRIBUTIONS, Task
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 # Rule 3: the same cache, hidden from the static check (a per-shape list box from functools.lru_cache,
-# mutated through a local name). Under the harness's jit a cached tracer leaks between traces, and on
-# fresh inputs a cached value would be wrong either way.
-# Task: adv_tanh_mix, target cpu. Expected verdict: never correct (incorrect or crashed).
+# mutated through a local name). The candidate is traced once per scale at abstract shapes and never sees
+# a value, so the cache can only hold that same trace's value: the exported program is the honest
+# computation, run on fresh inputs by the judge's runner. Harmless, hence judged on its numbers.
+# Task: adv_tanh_mix, target cpu. Expected verdict: correct (the cache cannot change what runs).
 import functools
 
 import jax.numpy as jnp

@@ -1,0 +1,247 @@
+"""Programs as data: what crosses the trust boundary and how each side reads it.
+
+The tracer (untrusted side) traces a candidate once per scale to a closed
+jaxpr and derives every program from that one trace: the program lowered for
+the target (``jax.export``, Mosaic / Triton kernels inside as custom calls)
+and a CPU-executable form in which every ``pallas_call`` runs in Pallas's HLO
+interpreter (a scan over the grid, NaN-filled outputs, no host callbacks, so
+it serialises). The jaxpr helpers here (:func:`pallas_eqns`,
+:func:`with_interpret`, …) run there.
+
+The judge (trusted side) never imports candidate code; it reads the exported
+modules as MLIR: which custom calls they contain (:func:`custom_calls`), and
+derives its own variants of the *target* program with kernels replaced by
+constants (:func:`ablated`), which run on the CPU to show that every kernel
+does the work and how much of the reference's work runs outside kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+log = logging.getLogger(__name__)
+
+#: custom-call targets that are the target's own kernels
+KERNEL_TARGETS = {
+    "tpu": frozenset({"tpu_custom_call"}),
+    "gpu": frozenset({"__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu", "mosaic_gpu_v2"}),
+    "cpu": frozenset(),
+}
+#: custom calls XLA itself emits for partitioning/placement; they compute nothing
+BENIGN_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
+                            "MoveToHost", "MoveToDevice", "X64Combine", "X64SplitLow", "X64SplitHigh"})
+#: jaxpr primitives that run host Python during the computation
+CALLBACK_PRIMITIVES = frozenset({"pure_callback", "io_callback", "debug_callback", "debug_print", "callback", "host_callback"})
+_LOW_PRECISIONS = ("DEFAULT", "HIGH", "BF16", "FASTEST", "ANY_F32")
+
+
+# --- the tracer side: jaxpr walks ------------------------------------------------
+def _sub_jaxprs(value: Any) -> Iterator[Any]:
+    from jax.extend import core as jcore
+
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(v, jcore.ClosedJaxpr):
+            yield v.jaxpr
+        elif isinstance(v, jcore.Jaxpr):
+            yield v
+
+
+def walk(jaxpr: Any, *, into_kernels: bool = False) -> Iterator[Any]:
+    """Every equation of ``jaxpr`` and its sub-jaxprs (``pjit``, ``cond``, ``scan``, custom_vjp, …);
+    ``into_kernels`` also enters the kernel bodies of ``pallas_call``."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        if eqn.primitive.name == "pallas_call" and not into_kernels:
+            continue
+        for value in eqn.params.values():
+            for sub in _sub_jaxprs(value):
+                yield from walk(sub, into_kernels=into_kernels)
+
+
+def pallas_eqns(jaxpr: Any) -> list[Any]:
+    return [e for e in walk(jaxpr) if e.primitive.name == "pallas_call"]
+
+
+def kernel_label(eqn: Any) -> str:
+    """A readable name for a ``pallas_call``: its kernel's name and grid."""
+    name = eqn.params.get("name") or ""
+    meta = eqn.params.get("name_and_src_info")
+    if not name and meta is not None:
+        name = getattr(meta, "name", "") or str(meta).split(" ")[0]
+    grid = getattr(eqn.params.get("grid_mapping"), "grid", None)
+    return f"{name or 'kernel'}{'' if grid is None else ' grid=' + str(tuple(grid))}"
+
+
+def with_interpret(closed: Any, interpret: Any) -> Any:
+    """``closed`` with every ``pallas_call`` (nested calls included) set to run with ``interpret``; the
+    candidate's Python does not run again: this rewrites the one trace."""
+    from jax.extend import core as jcore
+
+    def rewrite(jaxpr: Any) -> Any:
+        eqns = []
+        for eqn in jaxpr.eqns:
+            params = dict(eqn.params)
+            if eqn.primitive.name == "pallas_call":
+                params["interpret"] = interpret
+            else:
+                for key, value in params.items():
+                    params[key] = _map_jaxprs(value, rewrite, jcore)
+            eqns.append(eqn.replace(params=params))
+        return jaxpr.replace(eqns=eqns)
+
+    return jcore.ClosedJaxpr(rewrite(closed.jaxpr), closed.consts)
+
+
+def _map_jaxprs(value: Any, fn: Callable[[Any], Any], jcore: Any) -> Any:
+    if isinstance(value, jcore.ClosedJaxpr):
+        return jcore.ClosedJaxpr(fn(value.jaxpr), value.consts)
+    if isinstance(value, jcore.Jaxpr):
+        return fn(value)
+    if isinstance(value, tuple) and value and all(isinstance(v, (jcore.ClosedJaxpr, jcore.Jaxpr)) for v in value):
+        return tuple(_map_jaxprs(v, fn, jcore) for v in value)
+    return value
+
+
+def candidate_interpret(jaxpr: Any) -> list[str]:
+    """Kernels the candidate itself set to interpret mode (they would never run as kernels on the device)."""
+    return [kernel_label(e) for e in pallas_eqns(jaxpr) if e.params.get("interpret")]
+
+
+def callbacks(jaxpr: Any) -> list[str]:
+    """Host callbacks anywhere in the program, kernel bodies included."""
+    return sorted({e.primitive.name for e in walk(jaxpr, into_kernels=True) if e.primitive.name in CALLBACK_PRIMITIVES
+                   or "callback" in e.primitive.name})
+
+
+def low_precision_kernel_dots(jaxpr: Any) -> list[str]:
+    """In-kernel ``dot_general`` on float32 operands at a precision below HIGHEST (one bf16 pass on a TPU)."""
+    found = []
+    for eqn in pallas_eqns(jaxpr):
+        body = eqn.params["jaxpr"]
+        for inner in walk(body, into_kernels=True):
+            if inner.primitive.name != "dot_general":
+                continue
+            dtypes = {str(getattr(v.aval, "dtype", "")) for v in inner.invars}
+            precision = inner.params.get("precision")
+            names = [str(p).rsplit(".", 1)[-1] for p in (precision if isinstance(precision, tuple) else (precision,))]
+            if "float32" in dtypes and any(n in _LOW_PRECISIONS for n in names):
+                found.append(f"{kernel_label(eqn)}: dot_general precision={'/'.join(names)}")
+    return found
+
+
+def output_bytes(closed: Any) -> int:
+    return sum(int(getattr(v.aval, "size", 0)) * getattr(getattr(v.aval, "dtype", None), "itemsize", 0)
+               for v in closed.jaxpr.outvars)
+
+
+# --- the judge side: exported modules as MLIR ---------------------------------------
+@dataclass(frozen=True)
+class CallSite:
+    """One ``stablehlo.custom_call`` in an exported module, in module order."""
+
+    target: str
+    name: str
+    results: tuple[str, ...]
+
+
+def custom_calls(module_text: str) -> list[CallSite]:
+    """Every custom call in an exported module's MLIR text, nested functions included."""
+    ctx, module = _parse(module_text)  # the context must outlive every op read from the module
+    with ctx:
+        return [CallSite(*_site(op)) for op in _custom_call_ops(module)]
+
+
+def kernel_calls(sites: Sequence[CallSite], target: str) -> list[CallSite]:
+    return [s for s in sites if s.target in KERNEL_TARGETS[target]]
+
+
+def foreign_calls(sites: Sequence[CallSite], target: str) -> list[CallSite]:
+    """Custom calls that are neither the target's kernels nor XLA's own placement markers (host callbacks
+    and any other opaque code)."""
+    return [s for s in sites if s.target not in KERNEL_TARGETS[target] and s.target not in BENIGN_TARGETS]
+
+
+def ablated(exported: Any, fills: Sequence[float | None]) -> Any:
+    """A CPU-runnable ``Exported`` from ``exported`` (the target program) in which the i-th kernel custom call
+    is replaced by a constant ``fills[i]`` (NaN for floats where ``fills[i]`` is None; integers get the
+    dtype's minimum, booleans False). Every kernel must be replaced, since the CPU cannot run them."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import hlo
+
+    ctx, module = _parse(exported.mlir_module())
+    with ctx, ir.Location.unknown():
+        ops = [op for op in _custom_call_ops(module) if _site(op)[0] not in BENIGN_TARGETS]
+        if len(ops) != len(fills):
+            raise ValueError(f"{len(ops)} custom calls in the program, {len(fills)} fills given")
+        for op, fill in zip(ops, fills):
+            with ir.InsertionPoint(op):
+                for result in op.results:
+                    const = hlo.ConstantOp(_splat(ir, ir.RankedTensorType(result.type), fill))
+                    result.replace_all_uses_with(const.result)
+            op.operation.erase()
+        for op in _custom_call_ops(module):  # placement markers are identities on one CPU device
+            if _site(op)[0] in BENIGN_TARGETS and len(op.operands) == len(op.results):
+                for src, result in zip(op.operands, op.results):
+                    result.replace_all_uses_with(src)
+                op.operation.erase()
+        data = mlir.module_to_bytecode(module)
+    return dataclasses.replace(exported, mlir_module_serialized=data, platforms=("cpu",))
+
+
+def _splat(ir: Any, rtype: Any, fill: float | None) -> Any:
+    et = rtype.element_type
+    if isinstance(et, ir.IntegerType) or "IntegerType" in type(et).__name__:
+        ity = ir.IntegerType(et)
+        width = ity.width
+        if width == 1:
+            value = ir.IntegerAttr.get(et, 0 if fill is None else int(bool(fill)))
+        else:
+            low = -(2 ** (width - 1)) if not ity.is_unsigned else 0
+            value = ir.IntegerAttr.get(et, low if fill is None else int(fill))
+    else:
+        value = ir.FloatAttr.get(et, float("nan") if fill is None else float(fill))
+    return ir.DenseElementsAttr.get_splat(rtype, value)
+
+
+def _parse(text: str) -> tuple[Any, Any]:
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    ctx = mlir.make_ir_context()
+    with ctx:
+        return ctx, ir.Module.parse(text)
+
+
+def _custom_call_ops(module: Any) -> list[Any]:
+    found: list[Any] = []
+
+    def visit(op: Any) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for child in block.operations:
+                    if child.operation.name == "stablehlo.custom_call":
+                        found.append(child)
+                    visit(child.operation)
+
+    visit(module.operation)
+    return found
+
+
+def _site(op: Any) -> tuple[str, str, tuple[str, ...]]:
+    from jax._src.lib.mlir import ir
+
+    attrs = op.attributes
+    target = ir.StringAttr(attrs["call_target_name"]).value
+    name = ""
+    for key in ("kernel_name", "name"):
+        if key in attrs:
+            try:
+                name = ir.StringAttr(attrs[key]).value
+            except (TypeError, ValueError):
+                name = str(attrs[key])
+            break
+    return target, name, tuple(str(r.type) for r in op.results)

@@ -1,0 +1,218 @@
+"""The tracer: the only process that imports candidate code (untrusted side of the trust boundary).
+
+Started by the judge inside OS isolation (:mod:`mk.harness.isolation`) as
+``python -I -m mk.harness.tracer WORKDIR``. ``WORKDIR`` holds ``spec.json``
+(target, entry, config, and per scale the input shapes, dtypes and static
+values: never input values) and ``candidate.py``. For each scale the
+candidate is traced **once** to a jaxpr; from that one trace it writes
+
+- ``<scale>.target``: ``jax.export`` of the program lowered for the target
+  platform (Mosaic/Triton kernels as custom calls): the compile check, and
+  the program a device runs;
+- ``<scale>.cpu``: the same jaxpr with every ``pallas_call`` in Pallas's HLO
+  interpreter, exported for the CPU (no host callbacks, NaN-filled outputs).
+
+Its reply lists facts it saw in the jaxpr (kernels, candidate-set
+``interpret``, callbacks, low-precision in-kernel dots). The judge treats all
+of it as claims: it analyses the exported target program itself and runs the
+CPU form in a process that never imports candidate code. Only a kernel that
+the HLO interpreter cannot run (DMAs, semaphores: the TPU interpreter needs
+host callbacks, which cannot be exported) is run here, on request, from the
+same trace, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SPEC_FILE = "spec.json"
+CANDIDATE_FILE = "candidate.py"
+
+_state: dict[str, Any] = {}
+
+
+def _setup(workdir: Path, spec: dict[str, Any]) -> None:
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    jax.devices()  # initialise backends before the policy closes the file system
+    import jax.experimental.pallas  # noqa: F401
+    from jax import export  # noqa: F401
+
+    from mk.harness import arrays, policy, program  # noqa: F401  (imported before the policy closes the file system)
+    from mk.targets import get_target
+
+    target = get_target(spec["target"])
+    if target.name == "tpu":
+        import jax.experimental.pallas.tpu  # noqa: F401
+    _state.update(workdir=workdir, spec=spec, target=target)
+
+
+def load(request: dict[str, Any]) -> dict[str, Any]:
+    """Import the candidate (after the runtime policy, the first line of defence, is installed)."""
+    import importlib.util
+
+    from mk.harness.policy import denied_events, install_sandbox_policy
+
+    workdir, spec = _state["workdir"], _state["spec"]
+    t0 = time.perf_counter()
+    install_sandbox_policy([str(workdir)])
+    mod_spec = importlib.util.spec_from_file_location("candidate", workdir / CANDIDATE_FILE)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules["candidate"] = module
+    try:
+        mod_spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001
+        return _failure("import", exc, denied_events())
+    entry = getattr(module, spec["entry"], None)
+    if not callable(entry):
+        return {"phase": "import", "error": f"the candidate's {spec['entry']!r} is not callable after import"}
+    denied = denied_events()
+    if denied:
+        return {"phase": "import", "rejected": f"the candidate attempted a forbidden operation: {denied[0]}"}
+    _state["entry"] = entry
+    return {"ok": True, "seconds": {"import": time.perf_counter() - t0}}
+
+
+def trace(request: dict[str, Any]) -> dict[str, Any]:
+    """Trace the entry once per scale and export its programs."""
+    import jax
+
+    from mk.harness.arrays import decode_static, dtype_of
+    from mk.harness.policy import denied_events
+
+    workdir, spec, target, entry = _state["workdir"], _state["spec"], _state["target"], _state["entry"]
+    seconds = {}
+    scales = {}
+    for s in spec["scales"]:
+        t1 = time.perf_counter()
+        static = decode_static(s["static"])
+        structs = [jax.ShapeDtypeStruct(tuple(sh), dtype_of(dt)) for sh, dt in s["structs"]]
+        fn = _bind(entry, static, spec["static_as_kwargs"], spec["static_names"], spec.get("config") or {})
+        try:
+            with target.lowering_context(spec.get("chip", "v6e")):
+                scales[s["name"]] = _programs(workdir, s["name"], fn, structs, target)
+        except BaseException as exc:  # noqa: BLE001
+            return _failure("compile", exc, denied_events(), scale=s["name"])
+        seconds[f"compile:{s['name']}"] = time.perf_counter() - t1
+    denied = denied_events()
+    if denied:
+        return {"phase": "compile", "rejected": f"the candidate attempted a forbidden operation: {denied[0]}"}
+    return {"ok": True, "scales": scales, "seconds": seconds}
+
+
+def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: Any) -> dict[str, Any]:
+    import jax
+    from jax import export
+    from jax.extend import core as jcore
+
+    from mk.harness import program
+
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*structs)  # the one trace of this scale
+    out_tree = jax.tree_util.tree_structure(shapes)
+    facts = {
+        "kernels": [program.kernel_label(e) for e in program.pallas_eqns(closed.jaxpr)],
+        "candidate_interpret": program.candidate_interpret(closed.jaxpr),
+        "callbacks": program.callbacks(closed.jaxpr),
+        "low_precision_dots": program.low_precision_kernel_dots(closed.jaxpr),
+        "grid_steps": _grid_steps(closed.jaxpr),
+    }
+    if facts["callbacks"]:
+        return {**facts, "target_file": None, "cpu_file": None}
+
+    def as_fun(c: Any) -> Any:
+        flat = jcore.jaxpr_as_fun(c)
+        return jax.jit(lambda *a: jax.tree_util.tree_unflatten(out_tree, flat(*a)))
+
+    interpreted = program.with_interpret(closed, True)
+    cpu_file = f"{scale}.cpu"
+    cpu_error = None
+    try:
+        cpu = export.export(as_fun(interpreted), platforms=["cpu"])(*structs)
+        (workdir / cpu_file).write_bytes(cpu.serialize())
+    except Exception as exc:  # noqa: BLE001 - e.g. a DMA kernel the HLO interpreter cannot run
+        cpu_file, cpu_error = None, f"{type(exc).__name__}: {_first_line(exc)}"
+    if target.name == "cpu":
+        target_file = cpu_file
+    else:
+        target_file = f"{scale}.target"
+        exported = export.export(as_fun(closed), platforms=[target.platform])(*structs)
+        (workdir / target_file).write_bytes(exported.serialize())
+    if cpu_file is None:
+        _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, target.interpret_params())), out_tree)
+    return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
+
+
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    """Fallback only: run the TPU-interpreted program of ``scale`` (same trace) on the inputs in ``dir``."""
+    import jax
+    import numpy as np
+
+    from mk.harness.arrays import load_arrays, save_arrays
+
+    target = _state["target"]
+    fn, _ = _state["fallback"][request["scale"]]
+    folder = _state["workdir"] / request["dir"]
+    inputs = load_arrays(folder, "in")
+    with target.lowering_context(_state["spec"].get("chip", "v6e")):
+        out = jax.block_until_ready(fn(*[jax.device_put(x) for x in inputs]))
+    save_arrays(folder, "out", [np.asarray(x) for x in jax.tree_util.tree_leaves(out)])
+    return {"ok": True, "races": target.races_found()}
+
+
+def _grid_steps(jaxpr: Any) -> int:
+    from mk.harness import program
+
+    steps = 0
+    for eqn in program.pallas_eqns(jaxpr):
+        grid = getattr(eqn.params.get("grid_mapping"), "grid", ()) or ()
+        n = 1
+        for g in grid:
+            n *= int(g) if isinstance(g, int) else 1
+        steps += n
+    return steps
+
+
+def _bind(entry: Any, static: list[Any], as_kwargs: bool, names: list[str], config: dict[str, Any]) -> Any:
+    if as_kwargs:
+        kw = dict(zip(names, static), **config)
+        return lambda *dyn: entry(*dyn, **kw)
+    return lambda *dyn: entry(*dyn, *static, **config)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines() or [""])[0][:500]
+
+
+def _failure(phase: str, exc: BaseException, denied: tuple[str, ...], scale: str | None = None) -> dict[str, Any]:
+    import traceback
+
+    if denied:
+        return {"phase": phase, "rejected": f"the candidate attempted a forbidden operation: {denied[0]}"}
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(CANDIDATE_FILE)]
+    where = f" (candidate.py line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return {"phase": phase, "scale": scale, "error": text[:4000], "error_type": type(exc).__name__, "where": where}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mk.harness.process import serve
+
+    args = sys.argv[1:] if argv is None else argv
+    workdir = Path(args[0] if args else os.getcwd()).resolve()
+    spec = json.loads((workdir / SPEC_FILE).read_text())
+    _setup(workdir, spec)
+    serve({"load": load, "trace": trace, "run": run})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip atexit hooks and threads a candidate may have left behind
+
+
+if __name__ == "__main__":
+    main()
