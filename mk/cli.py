@@ -34,6 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    want_json = "--json" in (sys.argv[1:] if argv is None else argv)
+    if want_json:  # --json always prints JSON, usage errors included
+        def json_error(message: str) -> None:
+            _print_json_error("UsageError", message, f"see `mk {(argv or sys.argv[1:] or [''])[0]} --help`")
+            raise SystemExit(2)
+
+        parser.error = json_error  # type: ignore[method-assign]
+        for action in parser._subparsers._group_actions if parser._subparsers else ():
+            for sub in getattr(action, "choices", {}).values():
+                sub.error = json_error
     args = parser.parse_args(argv)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)], format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
@@ -42,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MkError as err:
+        if want_json:
+            _print_json_error(type(err).__name__, err.message, err.hint)
+            return err.exit_code
         from rich.console import Console
         from rich.markup import escape
 
@@ -51,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; everything written so far is kept (`mk runs` lists the run; `mk resume RUN` continues a search)",
               file=sys.stderr)
         return 130
+
+
+def _print_json_error(kind: str, message: str, hint: str | None) -> None:
+    import json
+
+    print(json.dumps({"status": "usage_error", "error": kind, "reason": message, "hint": hint}, indent=2))
 
 
 if __name__ == "__main__":  # pragma: no cover

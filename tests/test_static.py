@@ -196,13 +196,12 @@ def test_reason_names_line_of_try():
     assert "rule 2" in r.reason
 
 
-def test_no_pallas_call_for_kernel_targets():
+def test_rule1_is_judged_on_the_program_not_the_source():
+    """A kernel that only calls a library Pallas op never names pallas_call; the exported program decides
+    (tests/test_adversarial.py: rule01_plain_jnp is rejected there with "no pallas_call kernel in the program")."""
     src = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.sin(x)\n"
-    for target in ("tpu", "gpu"):
-        r = check(src, target, True)
-        assert not r.ok and "no pallas_call" in r.reason and r.findings[0].rule == 1
-    assert check(src, "cpu", True).ok  # a cpu target never needs a pallas_call
-    assert check(src, "tpu", False).ok  # pure-JAX rewrite allowed when configured
+    for target in ("tpu", "gpu", "cpu"):
+        assert check(src, target, True).ok
 
 
 def test_pallas_entry_points_are_recognised():

@@ -20,6 +20,8 @@ from mk.task import Tolerance
 MIN_CORRELATION = 0.9
 MAX_RELATIVE_L2 = 0.5
 _SAMPLE = 1_000_000
+#: elements compared per float64 chunk (32 MB per array)
+_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -47,34 +49,68 @@ def compare_outputs(reference: Sequence[np.ndarray], candidate: Sequence[np.ndar
 
 
 def compare_one(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> Comparison:
+    """Compare one output in chunks (float64 copies of at most ``_CHUNK`` elements at a time, so memory stays
+    near the arrays' own size however large they are)."""
     if tuple(cand.shape) != tuple(ref.shape):
         return Comparison(False, None, None, f"shape {tuple(cand.shape)} differs from the reference's {tuple(ref.shape)}")
     if cand.dtype != ref.dtype:
         return Comparison(False, None, None, f"dtype {cand.dtype.name} differs from the reference's {ref.dtype.name}")
-    r, c = _as_float(ref), _as_float(cand)
-    finite = np.isfinite(r)
-    bad = finite & ~np.isfinite(c)
-    if bad.any():
-        return Comparison(False, None, None, f"{int(bad.sum())} NaN/inf value(s) where the reference is finite")
-    if not (np.isnan(c[~finite]) == np.isnan(r[~finite])).all() or not (c[~finite & ~np.isnan(r)] == r[~finite & ~np.isnan(r)]).all():
-        return Comparison(False, None, None, "non-finite values differ from the reference's")
-    diff = np.abs(c[finite] - r[finite])
-    if diff.size == 0:
+    rflat, cflat = _flat(ref), _flat(cand)
+    n = rflat.size
+    step = n // _SAMPLE + 1
+    max_abs = max_rel = 0.0
+    over = compared = 0
+    worst: tuple[float, float, float] | None = None  # (excess, got, expected)
+    samples_r: list[np.ndarray] = []
+    samples_c: list[np.ndarray] = []
+    tiny = atol if atol > 0 else np.finfo(np.float64).tiny
+    for lo in range(0, n, _CHUNK):
+        r, c = _as_float(rflat[lo:lo + _CHUNK]), _as_float(cflat[lo:lo + _CHUNK])
+        finite = np.isfinite(r)
+        bad = finite & ~np.isfinite(c)
+        if bad.any():
+            total = int(bad.sum()) + sum(int((np.isfinite(_as_float(rflat[k:k + _CHUNK])) & ~np.isfinite(_as_float(cflat[k:k + _CHUNK]))).sum())
+                                         for k in range(lo + _CHUNK, n, _CHUNK))
+            return Comparison(False, None, None, f"{total} NaN/inf value(s) where the reference is finite")
+        nf = ~finite
+        if nf.any():
+            rn, cn = r[nf], c[nf]
+            if not (np.isnan(cn) == np.isnan(rn)).all() or not (cn[~np.isnan(rn)] == rn[~np.isnan(rn)]).all():
+                return Comparison(False, None, None, "non-finite values differ from the reference's")
+        rf, cf = r[finite], c[finite]
+        diff = np.abs(cf - rf)
+        compared += diff.size
+        if diff.size:
+            max_abs = max(max_abs, float(diff.max()))
+            max_rel = max(max_rel, float((diff / np.maximum(np.abs(rf), tiny)).max()))
+            excess = diff - (atol + rtol * np.abs(rf))
+            hit = excess > 0
+            if hit.any():
+                over += int(hit.sum())
+                i = int(np.argmax(excess))
+                if worst is None or excess[i] > worst[0]:
+                    worst = (float(excess[i]), float(cf[i]), float(rf[i]))
+        first = (-lo) % step  # the global sample positions 0, step, 2*step ... that fall in this chunk
+        idx = np.arange(first, r.size, step)
+        keep = finite[idx]
+        samples_r.append(r[idx][keep])
+        samples_c.append(c[idx][keep])
+    if compared == 0:
         return Comparison(True, 0.0, 0.0)
-    scale = np.maximum(np.abs(r[finite]), atol if atol > 0 else np.finfo(np.float64).tiny)
-    max_abs, max_rel = float(diff.max()), float((diff / scale).max())
-    over = diff > atol + rtol * np.abs(r[finite])
-    if over.any():
-        i = int(np.argmax(diff - (atol + rtol * np.abs(r[finite]))))
+    if worst is not None:
         return Comparison(
             False, max_abs, max_rel,
-            f"{int(over.sum())} of {diff.size} values outside atol={atol:g} rtol={rtol:g} "
-            f"(max abs error {max_abs:.3g}, e.g. got {c[finite][i]:.6g}, expected {r[finite][i]:.6g})",
+            f"{over} of {compared} values outside atol={atol:g} rtol={rtol:g} "
+            f"(max abs error {max_abs:.3g}, e.g. got {worst[1]:.6g}, expected {worst[2]:.6g})",
         )
-    why = _uncorrelated(r[finite], c[finite], ref.dtype)
+    why = _uncorrelated(np.concatenate(samples_r), np.concatenate(samples_c), ref.dtype)
     if why:
         return Comparison(False, max_abs, max_rel, f"output uncorrelated with the reference ({why})")
     return Comparison(True, max_abs, max_rel)
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(-1)
 
 
 def check_inputs(pristine: Sequence[np.ndarray], after: Mapping[int, np.ndarray]) -> str | None:
@@ -90,7 +126,7 @@ def check_inputs(pristine: Sequence[np.ndarray], after: Mapping[int, np.ndarray]
 
 def _as_float(a: np.ndarray) -> np.ndarray:
     if np.iscomplexobj(a):
-        return np.stack([a.real, a.imag], axis=-1).astype(np.float64)
+        return np.stack([a.real, a.imag], axis=-1).astype(np.float64).reshape(-1)
     return a.astype(np.float64)
 
 

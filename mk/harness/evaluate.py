@@ -22,7 +22,6 @@ import logging
 import secrets
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +84,9 @@ class _Run:
     measure: bool
     timing_opts: TimingOptions
     memory_mb: int
-    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mk-judge-")))
+    rdir: Path | None = None  # this evaluation's folder in the runner's work dir
+    env: dict[str, str] = field(default_factory=dict)
+    iso: Any = None
     refs: ReferenceCache | None = None
     tracer: Child | None = None
     runner: Child | None = None
@@ -169,10 +170,7 @@ def evaluate(
         log.exception("the judge failed on %s", task.name)
         status, reason = "harness_error", f"mk's judge failed ({type(exc).__name__}: {exc}); please report it"
     finally:
-        for child in (run.tracer, run.runner):
-            if child is not None:
-                child.close()
-        shutil.rmtree(run.root, ignore_errors=True)
+        _finish(run)
     if timing_res is None:
         why = "not measured: the candidate is not correct" if status != "correct" else _no_timing(run)
         timing_res = not_measured(why, timed)
@@ -188,24 +186,35 @@ def evaluate(
 
 # --- the pipeline -------------------------------------------------------------------
 def _start(run: _Run) -> None:
-    """Start the tracer (isolated) and the runner side by side: both import JAX at once."""
-    from mk.harness import isolation
+    """A tracer (isolated, JAX already imported when a warm spare is waiting) and the runner."""
+    from mk.harness import isolation, pool
 
-    tdir, rdir = run.root / "tracer", run.root / "runner"
-    for d in (tdir, rdir):
-        d.mkdir()
-    (tdir / "candidate.py").write_text(run.cand.source, encoding="utf-8")
-    (tdir / "spec.json").write_text(json.dumps(_spec(run)))
-    env = {"JAX_PLATFORMS": "cpu"} if run.target.name == "cpu" or not run.target.device_present() else {}
-    iso = isolation.detect()
-    run.isolation = iso.description
-    argv = [sys.executable, "-I", "-B", "-m", "mk.harness.tracer", str(tdir)]
-    run.tracer = _child(iso, argv, tdir, run, env)
-    run.runner = Child([sys.executable, "-I", "-B", "-m", "mk.harness.runner", str(rdir)], rdir, run.memory_mb, env=env).start()
+    run.env = {"JAX_PLATFORMS": "cpu"} if run.target.name == "cpu" or not run.target.device_present() else {}
+    run.iso = isolation.detect()
+    run.isolation = run.iso.description
+    run.tracer = pool.tracer(run.env, run.memory_mb, run.iso)
+    (run.tracer.workdir / "candidate.py").write_text(run.cand.source, encoding="utf-8")
+    (run.tracer.workdir / "spec.json").write_text(json.dumps(_spec(run)))
+    run.runner = pool.runner(run.env, run.memory_mb)
+    run.rdir = run.runner.workdir / f"eval-{secrets.token_hex(6)}"
+    run.rdir.mkdir()
 
 
-def _child(iso: Any, argv: list[str], workdir: Path, run: _Run, env: Mapping[str, str]) -> Child:
-    return Child(argv, workdir, run.memory_mb, env=env, wrapper=lambda a, w, fds: iso.wrap(a, w, keep_fds=fds)).start()
+def _finish(run: _Run) -> None:
+    from mk.harness import pool
+
+    if run.tracer is not None:
+        pool.discard(run.tracer)
+    if run.runner is not None and not run.runner.alive():
+        pool.discard(run.runner)
+    if run.rdir is not None:
+        shutil.rmtree(run.rdir, ignore_errors=True)
+    if run.iso is not None:
+        pool.prepare_spare(run.env, run.memory_mb, run.iso)
+
+
+def _rel(child: Child, path: Path) -> str:
+    return str(path.relative_to(child.workdir))
 
 
 def _trace(run: _Run) -> None:
@@ -251,11 +260,11 @@ def _check_programs(run: _Run) -> None:
                                        f"{run.target.name} it would never run as a kernel; leave interpret to the judge")
         files = {form: facts.get(f"{form}_file") for form in ("target", "cpu")}
         for form, name in files.items():
-            if name is not None and (not isinstance(name, str) or "/" in name or not (run.tracer.workdir / name).is_file()):
+            if name is not None and (not isinstance(name, str) or "/" in name or name.startswith(".")):
                 raise _Verdict("crashed", f"the tracer named a {form} program it did not write ({name!r})")
         if files["target"] is None:
             raise _Verdict("compile_error", f"no program was exported for {run.target.name} at scale {scale}")
-        exported = {form: export.deserialize(bytearray((run.tracer.workdir / name).read_bytes()))
+        exported = {form: export.deserialize(bytearray(_read_regular(run.tracer.workdir / name)))
                     for form, name in files.items() if name}
         sites = program.custom_calls(exported["target"].mlir_module())
         foreign = program.foreign_calls(sites, run.target.name)
@@ -288,16 +297,16 @@ def _check_programs(run: _Run) -> None:
         copied[scale] = {}
         for form, name in forms.items():
             if name:
-                dest = f"{scale}.{form}.export"
-                shutil.copyfile(run.tracer.workdir / name, run.runner.workdir / dest)
-                copied[scale][form] = dest
+                dest = run.rdir / f"{scale}.{form}.export"
+                dest.write_bytes(_read_regular(run.tracer.workdir / name))
+                copied[scale][form] = _rel(run.runner, dest)
     refs = {}
     timing = _wants_timing(run)
     for scale in run.suite.scales:
         platforms = ("cpu", run.target.platform) if timing and scale == run.timed else ("cpu",)
-        dest = f"{scale}.reference.export"
-        (run.runner.workdir / dest).write_bytes(_refs(run).export(scale, platforms))
-        refs[scale] = dest
+        dest = run.rdir / f"{scale}.reference.export"
+        dest.write_bytes(_refs(run).export(scale, platforms))
+        refs[scale] = _rel(run.runner, dest)
     run.runner.ask({"op": "load", "programs": copied, "reference": refs, "on_device": run.on_device},
                    run.timeouts.import_s, "loading the programs")
 
@@ -313,7 +322,7 @@ def _ablate(run: _Run) -> None:
             continue
         case = run.suite.for_scale(scale)[0]
         folder = _write_inputs(run, "ablate_" + scale, run.suite.inputs(run.task, case))
-        reply = run.runner.ask({"op": "ablate", "scale": scale, "dir": folder.name, "kernels": n},
+        reply = run.runner.ask({"op": "ablate", "scale": scale, "dir": _rel(run.runner, folder), "kernels": n},
                                run.timeouts.compile_s + run.timeouts.case_s * (n + 2), f"the kernel ablation at scale {scale}")
         shutil.rmtree(folder, ignore_errors=True)
         if not reply.get("ok"):
@@ -342,11 +351,13 @@ def _run_cases(run: _Run) -> None:
         expected = _refs(run).outputs(case, inputs)
         who, form = _executor(run, case.scale)
         forms.add(form)
-        folder = _write_inputs(run, f"case_{i:03d}", inputs, into=who.workdir)
+        # the tracer's work dir is hostile (links, fifos): a fresh unpredictable name there
+        name = f"case_{i:03d}" if who is run.runner else f"case_{i:03d}_{secrets.token_hex(8)}"
+        folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
         steps = int(run.programs[case.scale].get("grid_steps") or 0)
         limit = run.timeouts.case_s * (1 if run.on_device else min(20.0, max(1.0, steps / 256)))
         what = f"case {i} ({case.scale}, seed {case.seed}, {case.distribution})"
-        reply = who.ask({"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": folder.name, "form": form},
+        reply = who.ask({"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": _rel(who, folder), "form": form},
                         limit, what)
         if not reply.get("ok"):
             text = _last_line(str(reply.get("error", "")))
@@ -400,7 +411,7 @@ def _time_and_cost(run: _Run) -> tuple[TimingResult, CostResult | None]:
     while len(sets) < MIN_INPUT_SETS or not any(name.startswith("fresh") for name, _ in sets):
         # fresh, unpredictable seeds: a candidate that recognises the frozen inputs is caught on the timed outputs
         sets.append(("fresh random seed", [np.asarray(x) for x in run.task.make_inputs(run.timed, secrets.randbelow(2**31), dist)]))
-    dirs = [_write_inputs(run, f"timing_{k}", x).name for k, (_, x) in enumerate(sets)]
+    dirs = [_rel(run.runner, _write_inputs(run, f"timing_{k}", x)) for k, (_, x) in enumerate(sets)]
     t0 = time.perf_counter()
     reply = run.runner.ask({"op": "time", "scale": run.timed, "dirs": dirs, "opts": run.timing_opts.to_spec(run.timed, dirs),
                             "form": "target"}, run.timeouts.timing_s, "timing")
@@ -429,10 +440,27 @@ def _refs(run: _Run) -> ReferenceCache:
 
 
 def _write_inputs(run: _Run, name: str, inputs: list[np.ndarray], into: Path | None = None) -> Path:
-    folder = (into or run.runner.workdir) / name
+    folder = (into or run.rdir) / name
     shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()  # fails rather than follow a link someone else put there
     save_arrays(folder, "in", list(inputs))
     return folder
+
+
+def _read_regular(path: Path, limit: int = 1 << 31) -> bytes:
+    """Read a file the tracer wrote without following links or blocking on fifos."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise _Verdict("crashed", f"the tracer left {path.name} as something other than a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def _spec(run: _Run) -> dict[str, Any]:

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 #: environment variables a child may inherit (everything else, API keys included, is dropped)
 _ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "JAX_PLATFORMS", "JAX_ENABLE_X64", "XLA_FLAGS", "LD_LIBRARY_PATH",
-              "CUDA_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "MK_HOME")
+              "CUDA_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
 MAX_REPLY = 1 << 20
 
 Outcome = Literal["failed", "rejected", "timeout", "crashed"]
@@ -85,19 +85,11 @@ class Child:
         env.update(self.env)
         for sub in ("home", "tmp"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
-        limit = self.memory_limit_mb * 1024 * 1024
-
-        def limits() -> None:  # before exec, so an isolation wrapper and everything it starts inherit them
-            for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_DATA, limit)):
-                try:
-                    resource.setrlimit(which, (value, value))
-                except (OSError, ValueError):
-                    pass
-
+        env["MK_MEMORY_LIMIT_MB"] = str(self.memory_limit_mb)  # the child caps itself before any candidate code
         argv = self.wrapper(list(self.argv), self.workdir, (req_r, rep_w)) if self.wrapper else list(self.argv)
         with open(self._log_path, "wb") as err:
             self.proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=err,
-                                         stderr=err, pass_fds=(req_r, rep_w), start_new_session=True, preexec_fn=limits)
+                                         stderr=err, pass_fds=(req_r, rep_w), start_new_session=True)
         os.close(req_r)
         os.close(rep_w)
         self._buf = b""
@@ -139,6 +131,9 @@ class Child:
                 self._fail("timeout", f"{what} ran past its {timeout_s:.0f} s limit")
             if self.proc.poll() is not None and not _pending(self._rep_r):
                 self._fail("crashed", self._exit_message(what))
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and getattr(self, "_req_w", None) is not None
 
     @property
     def name(self) -> str:
@@ -252,6 +247,13 @@ def default_memory_limit_mb() -> int:
 def serve(handlers: Mapping[str, Any]) -> None:
     """The child's side: read requests from ``MK_REQUEST_FD``, answer on ``MK_REPLY_FD`` with
     ``handlers[request["op"]](request)`` (a dict); an exception becomes ``{"error": ...}``. Ends on EOF."""
+    limit = int(os.environ.get("MK_MEMORY_LIMIT_MB", "0")) * 1024 * 1024
+    for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_DATA, limit)):
+        if value or which == resource.RLIMIT_CORE:  # soft and hard: the candidate cannot raise them again
+            try:
+                resource.setrlimit(which, (value, value))
+            except (OSError, ValueError):
+                pass
     req = os.fdopen(int(os.environ["MK_REQUEST_FD"]), "rb", buffering=0)
     rep_fd = int(os.environ["MK_REPLY_FD"])
     buf = b""

@@ -34,6 +34,8 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
 
     jax.config.update("jax_default_matmul_precision", "highest")
     workdir = _state["workdir"]
+    for table in ("programs", "reference", "jitted"):  # a warm runner serves one evaluation after another
+        _state[table] = {}
     for scale, files in request["programs"].items():
         _state["programs"][scale] = {form: export.deserialize(bytearray((workdir / path).read_bytes()))
                                      for form, path in files.items() if path}

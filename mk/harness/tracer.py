@@ -36,7 +36,8 @@ CANDIDATE_FILE = "candidate.py"
 _state: dict[str, Any] = {}
 
 
-def _setup(workdir: Path, spec: dict[str, Any]) -> None:
+def _setup() -> None:
+    """Everything that does not depend on the candidate, done before it is known (a warm spare waits here)."""
     import jax
 
     jax.config.update("jax_default_matmul_precision", "highest")
@@ -44,13 +45,9 @@ def _setup(workdir: Path, spec: dict[str, Any]) -> None:
     import jax.experimental.pallas  # noqa: F401
     from jax import export  # noqa: F401
 
-    from mk.harness import arrays, policy, program  # noqa: F401  (imported before the policy closes the file system)
-    from mk.targets import get_target
+    import jax.experimental.pallas.tpu  # noqa: F401
 
-    target = get_target(spec["target"])
-    if target.name == "tpu":
-        import jax.experimental.pallas.tpu  # noqa: F401
-    _state.update(workdir=workdir, spec=spec, target=target)
+    from mk.harness import arrays, policy, program  # noqa: F401  (imported before the policy closes the file system)
 
 
 def load(request: dict[str, Any]) -> dict[str, Any]:
@@ -58,8 +55,11 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
     import importlib.util
 
     from mk.harness.policy import denied_events, install_sandbox_policy
+    from mk.targets import get_target
 
-    workdir, spec = _state["workdir"], _state["spec"]
+    workdir = _state["workdir"]
+    spec = json.loads((workdir / SPEC_FILE).read_text())
+    _state.update(spec=spec, target=get_target(spec["target"]))
     t0 = time.perf_counter()
     install_sandbox_policy([str(workdir)])
     mod_spec = importlib.util.spec_from_file_location("candidate", workdir / CANDIDATE_FILE)
@@ -205,9 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     from mk.harness.process import serve
 
     args = sys.argv[1:] if argv is None else argv
-    workdir = Path(args[0] if args else os.getcwd()).resolve()
-    spec = json.loads((workdir / SPEC_FILE).read_text())
-    _setup(workdir, spec)
+    _state["workdir"] = Path(args[0] if args else os.getcwd()).resolve()
+    _setup()
     serve({"load": load, "trace": trace, "run": run})
     sys.stdout.flush()
     sys.stderr.flush()
