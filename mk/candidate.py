@@ -40,13 +40,9 @@ class Candidate:
         where = str(path) if path else "<candidate source>"
         try:
             tree = ast.parse(source, filename=where)
-        except SyntaxError as exc:
-            raise CandidateError(
-                f"{where}: syntax error at line {exc.lineno}: {exc.msg}",
-                hint="fix the syntax so the file parses as Python",
-                path=path,
-            ) from None
-        except (RecursionError, MemoryError):  # nested too deeply to parse: the judge's static check rejects it
+        except (SyntaxError, RecursionError, MemoryError):
+            # code that does not parse is a verdict (compile_error / rejected from the judge's static check), not bad
+            # input: an author's broken attempt must be judged and recorded like any other
             return cls(source=source, entry=ENTRY_NAMES[0], path=path)
         names = _top_level_names(tree)
         entry = next((n for n in ENTRY_NAMES if n in names), None)

@@ -68,11 +68,19 @@ class Init:
         raise TaskError(f"cannot read an input init from {value!r}")
 
     def sample(self, rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-        """Draw an array on the host. ``native`` cannot be drawn here."""
+        """Draw an array on the host. ``native`` cannot be drawn here. Large floating inputs are drawn in
+        chunks straight into the target dtype, so a 512 MiB bf16 input costs 512 MiB, not a float64 copy."""
+        size = int(np.prod(shape)) if shape else 1
+        if self.kind in ("normal", "uniform") and size > _CHUNK:
+            out = np.empty(size, np_dtype(dtype))
+            for lo in range(0, size, _CHUNK):
+                n = min(_CHUNK, size - lo)
+                out[lo:lo + n] = self.sample(rng, (n,), "float32").astype(out.dtype)
+            return out.reshape(shape)
         if self.kind == "normal":
             x = rng.standard_normal(shape, dtype=np.float32) * self.std + self.mean
         elif self.kind == "uniform":
-            x = rng.uniform(self.low, self.high, size=shape).astype(np.float32)
+            x = rng.random(shape, dtype=np.float32) * np.float32(self.high - self.low) + np.float32(self.low)
         elif self.kind == "randint":
             x = rng.integers(int(self.low), int(self.high), size=shape)
         elif self.kind == "ones":
@@ -84,6 +92,10 @@ class Init:
         else:
             raise TaskError("a 'native' input can only come from the task's own generator")
         return np.asarray(x).astype(np_dtype(dtype))
+
+
+#: elements drawn at a time for large inputs
+_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)

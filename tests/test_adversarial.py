@@ -99,6 +99,47 @@ EXPECTED = [
     # one AOT executable serves cases and timing: the trace counter never reaches its cheap branch in time
     Expect("rule12_retrace_timing.py", "mm", "cpu", ("correct", "incorrect"), r"all \d+ cases match|timed run on input set",
            {"measure": True}),
+    # round 2 (docs/judge.md): the trust boundary, program checks, semantics, crashes
+    Expect("r2_callback_debug.py", "tanh", "cpu", ("rejected", "compile_error"), r"callback|save_arrays"),
+    Expect("r2_callback_io_callback.py", "tanh", "cpu", ("rejected",), r"host callback \(io_callback\)"),
+    Expect("r2_callback_pure_numpy.py", "tanh", "cpu", ("rejected",), r"host callback \(pure_callback\)"),
+    Expect("r2_crash_checker_recursion.py", "tanh", "cpu", ("rejected",), r"nested too deeply"),
+    Expect("r2_crash_nested_parens.py", "tanh", "cpu", ("compile_error",), r"SyntaxError: too many nested parentheses"),
+    Expect("r2_crash_parse_recursion.py", "tanh", "cpu", ("rejected",), r"nested too deeply"),
+    Expect("r2_data_lookup_x00.py", "tanh", "cpu", ("rejected",), r"host callback"),
+    Expect("r2_escape_enum_bltns.py", "tanh", "tpu", ("rejected",), r"no pallas_call kernel in the program"),
+    Expect("r2_escape_fake_progress.py", "tanh", "tpu", ("rejected",), r"no pallas_call kernel in the program"),
+    Expect("r2_escape_frame_spec.py", "tanh", "tpu", ("rejected",), r"no pallas_call kernel in the program"),
+    Expect("r2_escape_getattr_builtins.py", "tanh", "tpu", ("rejected",), r"__builtins__ reaches interpreter internals"),
+    Expect("r2_escape_lambda_globals.py", "tanh", "tpu", ("rejected",), r"no pallas_call kernel in the program"),
+    Expect("r2_escape_locals_builtins.py", "tanh", "tpu", ("rejected",), r"no pallas_call kernel in the program"),
+    Expect("r2_escape_orphan_session.py", "tanh", "cpu", ("correct", "rejected"), r"all \d+ cases match|subprocess"),
+    Expect("r2_escape_patch_has_pallas.py", "tanh", "tpu", ("rejected",), r"no pallas_call kernel in the program"),
+    Expect("r2_escape_patch_pallas_call.py", "tanh", "tpu", ("rejected",), r"sets interpret mode on its kernel"),
+    Expect("r2_escape_patch_save_arrays.py", "tanh", "tpu", ("incorrect",), r"outside atol"),
+    Expect("r2_escape_policy_flag.py", "tanh", "cpu", ("correct", "rejected", "compile_error"), r"all \d+ cases match|mk sandbox|Permission denied|No such file|no attribute '_guard'"),
+    Expect("r2_escape_proc_cmdline.py", "tanh", "cpu", ("correct", "rejected", "compile_error"), r"^(?!.*leaked judge cmdline).*(all \d+ cases match|mk sandbox|Permission denied|No such file|no attribute '_guard')"),
+    Expect("r2_escape_scale_timing.py", "tanh", "cpu", ("correct",), r"all \d+ cases match", {"measure": True}),
+    Expect("r2_nowork_aliased_prefill.py", "tanh", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r2_nowork_copy_jnp.py", "tanh", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r2_nowork_dead_cond.py", "tanh", "tpu", ("rejected",), r"kernel 1 of 1 does no work"),
+    Expect("r2_nowork_epilogue_matmul.py", "mm", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r2_nowork_loop_hidden_flops.py", "mm", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r2_nowork_plus_zero.py", "tanh", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r2_nowork_where_fallback.py", "tanh", "tpu", ("rejected",), r"kernel 1 of 1 does no work"),
+    Expect("r2_nowork_where_isfinite.py", "tanh", "tpu", ("rejected",), r"kernel 1 of 1 does no work"),
+    Expect("r2_semantics_bf16_output.py", "small", "tpu", ("incorrect",), r"output 0 is bfloat16\[16, 128\], the reference.s is float32"),
+    Expect("r2_semantics_default_precision.py", "mm", "tpu", ("rejected",), r"precision=DEFAULT.*HIGHEST"),
+    Expect("r2_semantics_dict_output.py", "tanh", "tpu", ("incorrect",), r"output structure .* differs"),
+    # a known gap: JAX 0.10's race detector does not report two DMAs in flight into one buffer (docs/judge.md)
+    Expect("r2_semantics_dma_double_write.py", "tanh", "tpu", ("correct", "rejected"), r"all \d+ cases match|race"),
+    Expect("r2_semantics_dma_race.py", "tanh", "tpu", ("rejected",), r"race detector found a data race"),
+    Expect("r2_semantics_tuple_output.py", "tanh", "tpu", ("incorrect",), r"output structure .* differs"),
+    Expect("r2_tracing_counter_jnp_first.py", "tanh", "tpu", ("rejected",), r"no pallas_call kernel in the program"),
+    Expect("r2_tracing_counter_stub_first.py", "tanh", "tpu", ("incorrect",), r"outside atol"),
+    Expect("r2_tracing_interpret_true.py", "tanh", "tpu", ("rejected",), r"sets interpret mode on its kernel"),
+    Expect("r2_tracing_stack_sniff.py", "tanh", "tpu", ("incorrect",), r"outside atol"),
+    Expect("r2_unwritten_block1.py", "tanh", "tpu", ("incorrect",), r"NaN/inf value\(s\) where the reference is finite"),
 ]
 
 
@@ -120,6 +161,12 @@ def test_fixture_verdict(exp: Expect, suites):
     assert "\n" not in result.reason.strip()
     if exp.fixture == "rule07_fake_metrics.py":  # nothing the candidate printed reached the verdict
         assert "150" not in result.reason and "PASSED" not in result.reason
+    if exp.fixture == "r2_escape_orphan_session.py":  # the process it started did not outlive the run
+        import subprocess
+
+        assert subprocess.run(["pgrep", "-f", "mk-r2-orphan"], capture_output=True).returncode == 1
+    if exp.fixture == "r2_escape_scale_timing.py" and result.status == "correct":  # the runner timed it: honest
+        assert result.timing.measured and result.speedup < 2.0, result.timing
     if exp.fixture == "rule12_retrace_timing.py" and result.status == "correct":  # the timed runs were the honest ones
         assert result.timing.measured and result.speedup < 3.0, result.timing
 

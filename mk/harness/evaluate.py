@@ -136,19 +136,28 @@ def evaluate(
         if unknown:
             raise CandidateError(f"config keys {sorted(unknown)} are not in the candidate's CONFIG_SPACE", hint=f"use {sorted(cand.config_space)}")
     static = static_step(cand, task, tgt.name, require_pallas)
-    if suite is None:
-        suite = build_suite(task, scales=[scale] if scale else None)
-    elif suite.task_fingerprint != task.fingerprint():
-        raise TaskError(f"the suite was frozen for another version of task {task.name!r}", hint="rebuild it with build_suite(task)")
-    timed = scale or (task.default_scale if task.default_scale in suite.scales else suite.scales[0])
-    if timed not in suite.scales:
-        raise TaskError(f"scale {timed!r} is not in the suite (it has {', '.join(suite.scales)})", hint="build the suite with that scale")
+    memory_mb = int(memory_limit_mb or default_memory_limit_mb())
+    children = _spawn(tgt, memory_mb) if static.ok else None  # their JAX imports overlap the suite's references
+    try:
+        if suite is None:
+            suite = build_suite(task, scales=[scale] if scale else None)
+        elif suite.task_fingerprint != task.fingerprint():
+            raise TaskError(f"the suite was frozen for another version of task {task.name!r}", hint="rebuild it with build_suite(task)")
+        timed = scale or (task.default_scale if task.default_scale in suite.scales else suite.scales[0])
+        if timed not in suite.scales:
+            raise TaskError(f"scale {timed!r} is not in the suite (it has {', '.join(suite.scales)})", hint="build the suite with that scale")
+    except BaseException:
+        if children is not None:
+            _release(*children)
+        raise
     base = dict(task=task.name, target=tgt.name, scales=list(suite.scales), suite_hash=suite.hash, candidate_digest=cand.digest,
                 envelope=_envelope(task, suite))
     if not static.ok:
-        return EvalResult(status="rejected", reason=static.detail, steps=_steps(static), seconds=time.perf_counter() - started, **base)
+        status = "compile_error" if "SyntaxError" in static.detail.split(";")[0] else "rejected"
+        return EvalResult(status=status, reason=static.detail, steps=_steps(static), seconds=time.perf_counter() - started, **base)
     run = _Run(task, tgt, suite, cand, timeouts or Timeouts(), timed, require_pallas, dict(config or {}), measure,
-               timing or TimingOptions(), int(memory_limit_mb or default_memory_limit_mb()))
+               timing or TimingOptions(), memory_mb)
+    run.env, run.iso, run.tracer, run.runner = children
     status, reason = "correct", ""
     timing_res: TimingResult | None = None
     cost_res: CostResult | None = None
@@ -157,6 +166,7 @@ def evaluate(
         _trace(run)
         _check_programs(run)
         _ablate(run)
+        _check_races(run)
         _run_cases(run)
         reason = f"all {len(run.suite.cases)} cases match the reference"
         timing_res, cost_res = _time_and_cost(run)
@@ -185,17 +195,26 @@ def evaluate(
 
 
 # --- the pipeline -------------------------------------------------------------------
-def _start(run: _Run) -> None:
-    """A tracer (isolated, JAX already imported when a warm spare is waiting) and the runner."""
+def _spawn(target: Target, memory_mb: int) -> tuple[dict[str, str], Any, Child, Child]:
+    """A tracer (isolated; a warm spare when one waits) and the runner, started before the suite is built."""
     from mk.harness import isolation, pool
 
-    run.env = {"JAX_PLATFORMS": "cpu"} if run.target.name == "cpu" or not run.target.device_present() else {}
-    run.iso = isolation.detect()
+    env = {"JAX_PLATFORMS": "cpu"} if target.name == "cpu" or not target.device_present() else {}
+    iso = isolation.detect()
+    return env, iso, pool.tracer(env, memory_mb, iso), pool.runner(env, memory_mb)
+
+
+def _release(env: dict[str, str], iso: Any, tracer: Child, runner: Child) -> None:
+    from mk.harness import pool
+
+    pool.discard(tracer)
+
+
+def _start(run: _Run) -> None:
+    """Give the tracer its candidate and open this evaluation's folder in the runner's work dir."""
     run.isolation = run.iso.description
-    run.tracer = pool.tracer(run.env, run.memory_mb, run.iso)
     (run.tracer.workdir / "candidate.py").write_text(run.cand.source, encoding="utf-8")
     (run.tracer.workdir / "spec.json").write_text(json.dumps(_spec(run)))
-    run.runner = pool.runner(run.env, run.memory_mb)
     run.rdir = run.runner.workdir / f"eval-{secrets.token_hex(6)}"
     run.rdir.mkdir()
 
@@ -342,47 +361,65 @@ def _ablate(run: _Run) -> None:
                 run.flags.append(f"scale {scale}: {share:.0%} of the reference's FLOPs run outside the kernels")
 
 
+def _check_races(run: _Run) -> None:
+    """Rule 18: a kernel that starts DMAs or uses semaphores runs once more, on the first case of each scale,
+    in the TPU interpreter with race detection (in the tracer: its host callbacks cannot be exported). A race
+    rejects; a mismatch there counts as incorrect. A tracer could hide a race, never invent a pass."""
+    if run.target.name != "tpu" or run.on_device:
+        return
+    for scale in run.suite.scales:
+        facts = run.programs[scale]
+        if not facts.get("async_kernels") or not facts.get("cpu_file"):
+            continue  # without a CPU form every case already runs in the TPU interpreter
+        case = run.suite.for_scale(scale)[0]
+        i = run.suite.cases.index(case)
+        _run_one(run, i, case, run.tracer, "tracer interpreter", f"race check on case {i} ({scale})", record=False)
+
+
 def _run_cases(run: _Run) -> None:
     """Each case: inputs generated here, the program run by the runner (or, for a kernel only the TPU
     interpreter runs, by the tracer), outputs compared here, files deleted."""
     forms = set()
     for i, case in enumerate(run.suite.cases):
-        inputs = run.suite.inputs(run.task, case)
-        expected = _refs(run).outputs(case, inputs)
         who, form = _executor(run, case.scale)
         forms.add(form)
-        # the tracer's work dir is hostile (links, fifos): a fresh unpredictable name there
-        name = f"case_{i:03d}" if who is run.runner else f"case_{i:03d}_{secrets.token_hex(8)}"
-        folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
-        steps = int(run.programs[case.scale].get("grid_steps") or 0)
-        limit = run.timeouts.case_s * (1 if run.on_device else min(20.0, max(1.0, steps / 256)))
-        what = f"case {i} ({case.scale}, seed {case.seed}, {case.distribution})"
-        reply = who.ask({"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": _rel(who, folder), "form": form},
-                        limit, what)
-        if not reply.get("ok"):
-            text = _last_line(str(reply.get("error", "")))
-            if _oom(text):
-                raise _Verdict("crashed", f"{what} ran out of memory: {text}")
-            if any(m in text for m in _UNVERIFIABLE) or reply.get("error_type") == "NotImplementedError":
-                raise _Verdict("unverifiable_here", f"{what}: the CPU interpreter cannot execute this kernel ({text}); "
-                                                    f"judge it on a {run.target.name} device")
-            raise _Verdict("incorrect", f"{what} raised {text}")
+        _run_one(run, i, case, who, form, f"case {i} ({case.scale}, seed {case.seed}, {case.distribution})")
+    run.verified_by = ", ".join(sorted(forms))
+
+
+def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *, record: bool = True) -> None:
+    inputs = run.suite.inputs(run.task, case)
+    expected = _refs(run).outputs(case, inputs)
+    # the tracer's work dir is hostile (links, fifos): a fresh unpredictable name there
+    name = f"case_{i:03d}" if who is run.runner else f"case_{i:03d}_{secrets.token_hex(8)}"
+    folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
+    steps = int(run.programs[case.scale].get("grid_steps") or 0)
+    limit = run.timeouts.case_s * (1 if run.on_device else min(20.0, max(1.0, steps / 256)))
+    reply = who.ask({"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": _rel(who, folder), "form": form},
+                    limit, what)
+    if not reply.get("ok"):
+        text = _last_line(str(reply.get("error", "")))
+        if _oom(text):
+            raise _Verdict("crashed", f"{what} ran out of memory: {text}")
+        if any(m in text for m in _UNVERIFIABLE) or reply.get("error_type") == "NotImplementedError":
+            raise _Verdict("unverifiable_here", f"{what}: the CPU interpreter cannot execute this kernel ({text}); "
+                                                f"judge it on a {run.target.name} device")
+        raise _Verdict("incorrect", f"{what} raised {text}")
+    if reply.get("races"):
+        raise _Verdict("rejected", f"{what}: the TPU interpreter's race detector found a data race (a DMA or a "
+                                   "semaphore is not waited for before the buffer is used)")
+    try:
+        got = load_arrays(folder, "out")
+    except (OSError, ValueError) as exc:
+        raise _Verdict("crashed", f"{what}: outputs unreadable ({exc})") from None
+    shutil.rmtree(folder, ignore_errors=True)
+    cmp = compare_outputs(expected, got, run.task.tolerance)
+    if record:
         run.seconds[f"case_{i}"] = float(reply.get("seconds") or 0.0)
-        if reply.get("races"):
-            raise _Verdict("rejected", f"{what}: the TPU interpreter's race detector found a data race (a DMA or a "
-                                       "semaphore is not waited for before the buffer is used)")
-        try:
-            got = load_arrays(folder, "out")
-        except (OSError, ValueError) as exc:
-            raise _Verdict("crashed", f"{what}: outputs unreadable ({exc})") from None
-        shutil.rmtree(folder, ignore_errors=True)
-        cmp = compare_outputs(expected, got, run.task.tolerance)
         run.cases.append(CaseResult(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution, ok=cmp.ok,
                                     max_abs=cmp.max_abs, max_rel=cmp.max_rel, note=cmp.reason))
-        del inputs, expected, got
-        if not cmp.ok:
-            raise _Verdict("incorrect", f"{what}: {cmp.reason}")
-    run.verified_by = ", ".join(sorted(forms))
+    if not cmp.ok:
+        raise _Verdict("incorrect", f"{what}: {cmp.reason}")
 
 
 def _executor(run: _Run, scale: str) -> tuple[Child, str]:

@@ -71,7 +71,6 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _READ_OK_FILES = ("/dev/null", "/dev/urandom", "/dev/random")
 
 _state: dict[str, Any] = {"installed": False, "denied": []}
-_guard = threading.local()
 
 
 def install_sandbox_policy(allowed_dirs: Sequence[str], *, read_only_dirs: Sequence[str] = ()) -> None:
@@ -87,8 +86,10 @@ def install_sandbox_policy(allowed_dirs: Sequence[str], *, read_only_dirs: Seque
     writable = tuple(_norm(d) for d in allowed_dirs if d)
     readable = writable + tuple(_norm(d) for d in [*read_only_dirs, *_python_dirs()] if d)
     me = os.getpid()
+    guard = threading.local()  # the re-entrancy guard lives only in the hook's closure, not on the module
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
+        _guard = guard
         if getattr(_guard, "busy", False):
             return
         _guard.busy = True

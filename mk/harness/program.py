@@ -132,6 +132,17 @@ def low_precision_kernel_dots(jaxpr: Any) -> list[str]:
     return found
 
 
+def async_kernels(jaxpr: Any) -> list[str]:
+    """Kernels that start DMAs or use semaphores: their ordering is only checked by the TPU interpreter's
+    race detector (the HLO interpreter runs every copy at once)."""
+    found = []
+    for eqn in pallas_eqns(jaxpr):
+        names = {e.primitive.name for e in walk(eqn.params["jaxpr"], into_kernels=True)}
+        if any("dma" in n or "semaphore" in n for n in names):
+            found.append(kernel_label(eqn))
+    return found
+
+
 def output_bytes(closed: Any) -> int:
     return sum(int(getattr(v.aval, "size", 0)) * getattr(getattr(v.aval, "dtype", None), "itemsize", 0)
                for v in closed.jaxpr.outvars)
@@ -164,10 +175,15 @@ def foreign_calls(sites: Sequence[CallSite], target: str) -> list[CallSite]:
     return [s for s in sites if s.target not in KERNEL_TARGETS[target] and s.target not in BENIGN_TARGETS]
 
 
-def ablated(exported: Any, fills: Sequence[float | None]) -> Any:
+def ablated(exported: Any, fills: Sequence[float | None], *, keep_operands: bool = False) -> Any:
     """A CPU-runnable ``Exported`` from ``exported`` (the target program) in which the i-th kernel custom call
     is replaced by a constant ``fills[i]`` (NaN for floats where ``fills[i]`` is None; integers get the
-    dtype's minimum, booleans False). Every kernel must be replaced, since the CPU cannot run them."""
+    dtype's minimum, booleans False). Every kernel must be replaced, since the CPU cannot run them.
+
+    ``keep_operands``: the replacement still reads every operand of the kernel (one multiply by zero and
+    one sum per operand element, added to a NaN fill), so whatever XLA computes to feed a kernel stays in
+    the program: the variant then measures the work that runs outside kernels (see
+    :func:`operand_elements` for the elements this adds)."""
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import hlo
@@ -179,9 +195,14 @@ def ablated(exported: Any, fills: Sequence[float | None]) -> Any:
             raise ValueError(f"{len(ops)} custom calls in the program, {len(fills)} fills given")
         for op, fill in zip(ops, fills):
             with ir.InsertionPoint(op):
+                sink = _operand_sink(ir, hlo, list(op.operands)) if keep_operands else None
                 for result in op.results:
-                    const = hlo.ConstantOp(_splat(ir, ir.RankedTensorType(result.type), fill))
-                    result.replace_all_uses_with(const.result)
+                    rtype = ir.RankedTensorType(result.type)
+                    value = hlo.ConstantOp(_splat(ir, rtype, fill)).result
+                    if sink is not None and _is_float(ir, rtype.element_type):
+                        scalar = hlo.ConvertOp(ir.RankedTensorType.get([], rtype.element_type), sink).result
+                        value = hlo.AddOp(value, hlo.BroadcastInDimOp(rtype, scalar, ir.DenseI64ArrayAttr.get([])).result).result
+                    result.replace_all_uses_with(value)
             op.operation.erase()
         for op in _custom_call_ops(module):  # placement markers are identities on one CPU device
             if _site(op)[0] in BENIGN_TARGETS and len(op.operands) == len(op.results):
@@ -190,6 +211,51 @@ def ablated(exported: Any, fills: Sequence[float | None]) -> Any:
                 op.operation.erase()
         data = mlir.module_to_bytecode(module)
     return dataclasses.replace(exported, mlir_module_serialized=data, platforms=("cpu",))
+
+
+def operand_elements(exported: Any) -> int:
+    """The FLOPs ``keep_operands`` adds: a multiply and a sum per floating operand element of every kernel
+    custom call, and one add per floating result element."""
+    from jax._src.lib.mlir import ir
+
+    ctx, module = _parse(exported.mlir_module())
+    total = 0
+    with ctx:
+        for op in _custom_call_ops(module):
+            if _site(op)[0] in BENIGN_TARGETS:
+                continue
+            for v in op.operands:
+                if _is_float(ir, ir.RankedTensorType(v.type).element_type):
+                    total += 2 * _size(ir, v.type)
+            for r in op.results:
+                if _is_float(ir, ir.RankedTensorType(r.type).element_type):
+                    total += _size(ir, r.type)
+    return total
+
+
+def _is_float(ir: Any, et: Any) -> bool:
+    return not (isinstance(et, ir.IntegerType) or "IntegerType" in type(et).__name__ or "Index" in type(et).__name__)
+
+
+def _operand_sink(ir: Any, hlo: Any, operands: list[Any]) -> Any:
+    """``sum(x * 0)`` over every floating operand, as one f32 scalar (0, or NaN when an operand is NaN)."""
+    f32 = ir.F32Type.get()
+    scalar_t = ir.RankedTensorType.get([], f32)
+    total = None
+    for v in operands:
+        t = ir.RankedTensorType(v.type)
+        if not _is_float(ir, t.element_type):
+            continue
+        x = hlo.ConvertOp(ir.RankedTensorType.get(t.shape, f32), v).result if str(t.element_type) != "f32" else v
+        zero = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get(t.shape, f32), ir.FloatAttr.get(f32, 0.0))).result
+        prod = hlo.MulOp(x, zero).result
+        init = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar_t, ir.FloatAttr.get(f32, 0.0))).result
+        red = hlo.ReduceOp([scalar_t], [prod], [init], ir.DenseI64ArrayAttr.get(list(range(len(t.shape)))))
+        block = red.regions[0].blocks.append(scalar_t, scalar_t)
+        with ir.InsertionPoint(block):
+            hlo.ReturnOp([hlo.AddOp(block.arguments[0], block.arguments[1]).result])
+        total = red.result if total is None else hlo.AddOp(total, red.result).result
+    return total
 
 
 def _splat(ir: Any, rtype: Any, fill: float | None) -> Any:
@@ -245,3 +311,108 @@ def _site(op: Any) -> tuple[str, str, tuple[str, ...]]:
                 name = str(attrs[key])
             break
     return target, name, tuple(str(r.type) for r in op.results)
+
+
+# --- FLOPs as the program states them (loops multiplied by their trip counts) ---------------
+_ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum", "negate", "abs", "exponential",
+    "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "sine", "cosine", "tan", "sqrt", "rsqrt", "cbrt",
+    "atan2", "floor", "ceil", "round_nearest_even", "round_nearest_afz", "sign", "select", "clamp", "compare", "erf"})
+
+
+def flops(exported: Any) -> float:
+    """Floating-point operations of ``exported``'s main function, counted from its StableHLO: a dot or a
+    convolution as 2·MACs, an elementwise op or a reduction as one per element, a ``while`` loop's body
+    times its trip count where the loop is a counted one (``i < constant`` from a constant start; otherwise
+    once), a conditional as its most expensive branch, calls followed into their functions. XLA's own cost
+    analysis counts a loop body once, which lets work hide in a ``fori_loop``."""
+    from jax._src.lib.mlir import ir
+
+    ctx, module = _parse(exported.mlir_module())
+    with ctx:
+        funcs = {}
+        for op in module.body.operations:
+            if op.operation.name == "func.func":
+                funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+        memo: dict[str, float] = {}
+
+        def func_cost(name: str) -> float:
+            if name not in memo:
+                memo[name] = 0.0  # recursion guard
+                memo[name] = region_cost(funcs[name].regions[0]) if name in funcs else 0.0
+            return memo[name]
+
+        def region_cost(region: Any) -> float:
+            return sum(op_cost(op) for block in region.blocks for op in block.operations)
+
+        def op_cost(op: Any) -> float:
+            name = op.operation.name
+            short = name.split(".", 1)[-1]
+            if name == "func.call":
+                return func_cost(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+            if short == "while":
+                cond, body = op.regions[0], op.regions[1]
+                return _trip_count(ir, op) * (region_cost(cond) + region_cost(body))
+            if short in ("case", "if"):
+                return max((region_cost(r) for r in op.regions), default=0.0)
+            if short == "dot_general":
+                lhs = ir.RankedTensorType(op.operands[0].type)
+                dims = str(op.attributes["dot_dimension_numbers"])
+                contract = _dims(dims, "lhs_contracting_dimensions")
+                k = 1
+                for d in contract:
+                    k *= lhs.shape[d]
+                return 2.0 * _size(ir, op.results[0].type) * k
+            if short == "convolution":
+                rhs = ir.RankedTensorType(op.operands[1].type)
+                out_feat = max(rhs.shape) if not rhs.shape else rhs.shape[-1]
+                return 2.0 * _size(ir, op.results[0].type) * _size(ir, op.operands[1].type) / max(out_feat, 1)
+            if short in ("reduce", "reduce_window"):
+                return float(sum(_size(ir, v.type) for v in op.operands[: len(op.operands) // 2]))
+            if short in _ELEMENTWISE and op.results and _is_float(ir, ir.RankedTensorType(op.results[0].type).element_type):
+                return float(_size(ir, op.results[0].type))
+            return sum(region_cost(r) for r in op.regions)
+
+        return func_cost("main")
+
+
+def _size(ir: Any, t: Any) -> int:
+    n = 1
+    for d in ir.RankedTensorType(t).shape:
+        n *= d
+    return n
+
+
+def _dims(text: str, key: str) -> list[int]:
+    import re
+
+    m = re.search(key + r"\s*=\s*\[([^\]]*)\]", text)
+    return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+
+
+def _trip_count(ir: Any, op: Any) -> int:
+    """``n`` for a loop whose condition is ``arg_k < constant n`` and whose ``arg_k`` starts at a constant."""
+    try:
+        cond = op.regions[0].blocks[0]
+        ops = list(cond.operations)
+        cmp = next(o for o in ops if o.operation.name == "stablehlo.compare")
+        if "LT" not in str(cmp.attributes["comparison_direction"]):
+            return 1
+        lhs, rhs = cmp.operands
+        bound = _constant(ir, rhs)
+        k = next(i for i, a in enumerate(cond.arguments) if a == lhs)
+        start = _constant(ir, op.operands[k])
+        if bound is None or start is None:
+            return 1
+        return max(1, int(bound) - int(start))
+    except (StopIteration, ValueError, TypeError, KeyError):
+        return 1
+
+
+def _constant(ir: Any, value: Any) -> int | None:
+    owner = value.owner
+    name = getattr(getattr(owner, "operation", owner), "name", "")
+    if name != "stablehlo.constant":
+        return None
+    attr = ir.DenseIntElementsAttr(owner.attributes["value"])
+    return int(attr[0]) if len(attr) == 1 or attr.is_splat else None

@@ -95,9 +95,9 @@ def ablate(request: dict[str, Any]) -> dict[str, Any]:
     for k in range(n):
         got = leaves([None if i == k else 1.0 for i in range(n)])
         changed.append(any(not _same(a, b) for a, b in zip(base, got)))
-    outside = _flops(program.ablated(target, [None] * n), inputs)
+    outside = max(0.0, program.flops(program.ablated(target, [None] * n, keep_operands=True)) - program.operand_elements(target))
     ref = _state["reference"].get(request["scale"])
-    return {"ok": True, "changed": changed, "outside_flops": outside, "reference_flops": _flops(ref, inputs) if ref else None}
+    return {"ok": True, "changed": changed, "outside_flops": outside, "reference_flops": program.flops(ref) if ref else None}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -109,18 +109,6 @@ def _same(a: Any, b: Any) -> bool:
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         return bool(np.array_equal(a64, b64, equal_nan=True))
     return bool(np.array_equal(a, b))
-
-
-def _flops(exported: Any, inputs: list[Any]) -> float | None:
-    import jax
-
-    try:
-        structs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
-        analysis = jax.jit(exported.call).lower(*structs).compile().cost_analysis()
-        analysis = analysis[0] if isinstance(analysis, (list, tuple)) and analysis else analysis or {}
-        return float(analysis.get("flops", 0.0))
-    except Exception:  # noqa: BLE001 - cost is advisory
-        return None
 
 
 def time_runs(request: dict[str, Any]) -> dict[str, Any]:

@@ -22,10 +22,14 @@ from typing import Iterable, Sequence
 __all__ = ["Finding", "StaticResult", "check_source", "ALLOWED_IMPORT_ROOTS"]
 
 #: Top-level modules a candidate may import. Pure computation only: no file,
-#: process, network, introspection or timing module (rule 8).
+#: process, network, introspection or timing module (rule 8). ``re`` and ``json``
+#: are pure string processing that library-style kernels use (megablox parses the
+#: device kind with ``re``, splash attention writes profiler metadata with
+#: ``json.dumps``); the modules they import themselves (``json.codecs`` opens files)
+#: are closed below like any other module leak.
 ALLOWED_IMPORT_ROOTS = frozenset({
     "jax", "numpy", "ml_dtypes", "math", "cmath", "functools", "itertools", "dataclasses", "typing",
-    "typing_extensions", "collections", "operator", "enum", "__future__", "abc", "numbers",
+    "typing_extensions", "collections", "operator", "enum", "__future__", "abc", "numbers", "re", "json",
 })
 
 # Dotted prefixes inside allowed packages that are still off limits, with why.
@@ -71,11 +75,13 @@ _DANGEROUS_MODULE_ATTRS = frozenset({
     "os", "sys", "subprocess", "socket", "ctypes", "importlib", "builtins", "inspect", "gc", "pathlib",
     "io", "pickle", "marshal", "shutil", "signal", "threading", "multiprocessing", "posix", "time",
     "resource", "tempfile", "urllib", "http", "pty", "mmap", "weakref", "types", "code", "codeop",
+    "codecs", "copyreg",  # json.codecs.open opens files; re.copyreg changes how objects pickle
 })
 # the unambiguous ones are flagged on any object, not only on imported modules: a module can arrive as an argument
 _DANGEROUS_ATTRS_ANYWHERE = frozenset({
     "os", "sys", "subprocess", "socket", "ctypes", "importlib", "builtins", "inspect", "gc", "pathlib", "pickle",
     "marshal", "shutil", "posix", "pty", "tempfile", "multiprocessing", "threading", "resource", "mmap", "weakref",
+    "codecs",
 })
 # typing helpers that evaluate strings (annotations, forward references) as code at run time
 _EVALUATING = frozenset({"get_type_hints", "ForwardRef", "evaluate_forward_ref", "get_annotations"})
@@ -338,10 +344,14 @@ class _Checker(ast.NodeVisitor):
     # --- rule 2: exception handlers --------------------------------------------------
     def visit_Try(self, node: ast.Try) -> None:
         # A handler around the computation turns "my kernel failed" into "the reference ran" (silent fallback).
-        # Kernels have no legitimate need to catch: compile errors must reach the judge.
-        if node.handlers:
-            self.add(2, node.lineno, "exception_handler", "try/except can hide a failing kernel behind a fallback "
-                     "(silent fallback); remove the exception handler and let errors surface")
+        # Kernels have no legitimate need to swallow an error: compile errors must reach the judge. A handler
+        # that always raises (``except ValueError as e: raise ValueError("clearer message") from e``, as
+        # library code does) swallows nothing: every path out of it is an exception.
+        swallowing = [h for h in node.handlers if not _always_raises(h.body)]
+        if swallowing:
+            self.add(2, swallowing[0].lineno if len(swallowing) < len(node.handlers) else node.lineno,
+                     "exception_handler", "try/except can hide a failing kernel behind a fallback (silent fallback); "
+                     "remove the exception handler (or make it re-raise) and let errors surface")
         elif any(isinstance(n, (ast.Return, ast.Break, ast.Continue)) for s in node.finalbody for n in ast.walk(s)):
             self.add(2, node.lineno, "exception_handler", "return/break inside finally swallows exceptions "
                      "(silent fallback); remove it")
@@ -532,6 +542,25 @@ class _Checker(ast.NodeVisitor):
                     if m not in _OK_DUNDERS:
                         self.add(8, node.lineno, "dunder", f"string mentions {m}, an interpreter internal; not allowed")
                         break
+
+
+def _always_raises(body: Sequence[ast.stmt]) -> bool:
+    """Whether every path through an exception handler's ``body`` ends in ``raise``: its last statement is a
+    ``raise`` (or an ``if`` whose branches both always raise), and nothing in it can leave the handler
+    another way (``return``, ``break``, ``continue``, ``yield``, nested definitions, loops, ``try``, ``with``,
+    ``match``)."""
+    if not body:
+        return False
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await, ast.FunctionDef,
+                              ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.For, ast.AsyncFor, ast.While, ast.Try,
+                              ast.With, ast.AsyncWith, ast.Match)) or type(n).__name__ == "TryStar":
+                return False
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        return True
+    return isinstance(last, ast.If) and _always_raises(last.body) and _always_raises(last.orelse)
 
 
 def _is_dunder(name: str) -> bool:

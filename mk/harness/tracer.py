@@ -121,6 +121,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         "callbacks": program.callbacks(closed.jaxpr),
         "low_precision_dots": program.low_precision_kernel_dots(closed.jaxpr),
         "grid_steps": _grid_steps(closed.jaxpr),
+        "async_kernels": program.async_kernels(closed.jaxpr),
     }
     if facts["callbacks"]:
         return {**facts, "target_file": None, "cpu_file": None}
@@ -143,7 +144,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         target_file = f"{scale}.target"
         exported = export.export(as_fun(closed), platforms=[target.platform])(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
-    if cpu_file is None:
+    if cpu_file is None or facts["async_kernels"]:  # the TPU interpreter: fallback runs, race detection
         _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, target.interpret_params())), out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 
