@@ -93,11 +93,12 @@ class Target:
 
     # --- correctness runs ------------------------------------------------------
     @contextlib.contextmanager
-    def execution(self) -> Iterator[None]:
+    def execution(self, chip: str = "v6e") -> Iterator[None]:
         """Context in which kernels for this target run here.
 
         On the device: nothing to do. Without it: TPU kernels run in the TPU
-        interpreter with NaN-filled uninitialised memory and race detection;
+        interpreter with NaN-filled uninitialised memory and race detection,
+        seeing ``chip`` as the TPU generation (as :meth:`lowering_context` does);
         GPU kernels run with ``interpret=True`` forced on every ``pallas_call``
         (JAX has no global switch for them). On ``cpu`` Pallas only runs
         interpreted, so ``pallas_call`` is always forced to interpret."""
@@ -108,7 +109,9 @@ class Target:
             from jax.experimental.pallas import tpu as pltpu
 
             params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
-            with pltpu.force_tpu_interpret_mode(params):
+            # kernels are traced (and library code asks which chip it runs on) inside this block too:
+            # emit_pipeline's tiling, tuned block sizes, ...
+            with _assume_tpu_chip(chip), pltpu.force_tpu_interpret_mode(params):
                 yield
         else:
             with _force_pallas_interpret():
@@ -140,28 +143,91 @@ def _force_pallas_interpret() -> Iterator[None]:
 
 
 _CHIPS = {"v4": "TPU_V4", "v5e": "TPU_V5E", "v5p": "TPU_V5P", "v6e": "TPU_V6E", "7x": "TPU_7X", "v7x": "TPU_7X"}
+#: what ``jax.devices()[0].device_kind`` says on each generation
+_DEVICE_KINDS = {"v4": "TPU v4", "v5e": "TPU v5 lite", "v5p": "TPU v5", "v6e": "TPU v6 lite", "7x": "TPU7x", "v7x": "TPU7x"}
+
+
+class _AssumedTpuDevice:
+    """A device as code that asks "which chip am I on" sees it while a TPU generation is assumed: the real
+    (CPU) device in every respect but ``device_kind`` (the chip's, e.g. ``"TPU v6 lite"``) and ``num_cores``
+    (1, as the Mosaic info registered for the chip)."""
+
+    __slots__ = ("_device", "device_kind")
+    num_cores = 1
+
+    def __init__(self, device: Any, kind: str) -> None:
+        self._device, self.device_kind = device, kind
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._device, name)
+
+    def __eq__(self, other: object) -> bool:
+        return self._device == (other._device if isinstance(other, _AssumedTpuDevice) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._device)
+
+    def __repr__(self) -> str:
+        return f"{self._device!r} (seen as {self.device_kind})"
 
 
 @contextlib.contextmanager
 def _assume_tpu_chip(chip: str) -> Iterator[None]:
-    """Let Mosaic's TPU lowering run on a machine whose default device is a CPU
-    by registering the CPU's device kind as the chosen TPU generation."""
+    """Let TPU kernels be traced and lowered on a machine whose default device is a CPU, as if it were the
+    chosen TPU generation:
+
+    - Mosaic's own queries (``tpu_info.get_tpu_info``: the lowering, ``emit_pipeline``'s tiling) get the
+      chip's info, registered under the CPU's device kind;
+    - library code that asks ``jax.devices()[0].device_kind`` / ``jax.local_devices()`` (ragged paged
+      attention's tuned block sizes, megablox's generation checks) sees the chip's device kind. Only the
+      default-backend queries answer so: ``jax.devices("cpu")`` still returns the real devices, for code that
+      places arrays.
+
+    Everything is restored on exit (the cached Mosaic info is cleared both ways, so another generation can
+    be assumed later in the same process)."""
     import jax
     from jax._src.pallas.mosaic import tpu_info
 
     if chip not in _CHIPS:
         raise TargetError(f"unknown TPU generation {chip!r}", hint=f"use one of: {', '.join(_CHIPS)}")
     version = getattr(tpu_info.ChipVersion, _CHIPS[chip])
-    kind = jax.devices()[0].device_kind
+    kind = _real(jax.devices()[0]).device_kind  # the CPU's kind, also when nested in another assumption
     previous = tpu_info.registry.get(kind)
     tpu_info.registry[kind] = lambda: tpu_info.get_tpu_info_for_chip(version, 1)
+    real_devices, real_local = jax.devices, jax.local_devices
+    seen_as = _DEVICE_KINDS[chip]
+
+    def wrap(query: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(query)
+        def devices(*args: Any, **kwargs: Any) -> Any:
+            found = query(*args, **kwargs)
+            if args or kwargs or not all(getattr(d, "platform", None) == "cpu" for d in found):
+                return found  # an explicit backend (code that places arrays) or a real accelerator: as is
+            return [_AssumedTpuDevice(_real(d), seen_as) for d in found]
+
+        return devices
+
+    _clear_tpu_info_cache(tpu_info)
+    jax.devices, jax.local_devices = wrap(real_devices), wrap(real_local)
     try:
         yield
     finally:
+        jax.devices, jax.local_devices = real_devices, real_local
+        _clear_tpu_info_cache(tpu_info)
         if previous is None:
             tpu_info.registry.pop(kind, None)
         else:
             tpu_info.registry[kind] = previous
+
+
+def _real(device: Any) -> Any:
+    return device._device if isinstance(device, _AssumedTpuDevice) else device
+
+
+def _clear_tpu_info_cache(tpu_info: Any) -> None:
+    clear = getattr(tpu_info.get_tpu_info, "cache_clear", None)
+    if clear is not None:
+        clear()
 
 
 _TARGETS = {

@@ -80,7 +80,7 @@ class Init:
         if self.kind == "normal":
             x = rng.standard_normal(shape, dtype=np.float32) * self.std + self.mean
         elif self.kind == "uniform":
-            x = rng.random(shape, dtype=np.float32) * np.float32(self.high - self.low) + np.float32(self.low)
+            x = rng.uniform(self.low, self.high, size=shape).astype(np.float32)
         elif self.kind == "randint":
             x = rng.integers(int(self.low), int(self.high), size=shape)
         elif self.kind == "ones":

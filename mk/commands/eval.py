@@ -2,8 +2,9 @@
 
 Prints a table (or, with ``--json``, the :class:`~mk.harness.results.EvalResult`
 JSON with its top-level ``status`` and ``reason``). Exit code 0 only for a
-``correct`` verdict, 1 for every other verdict, 2 for usage errors (a task or
-candidate that cannot be loaded). With ``--db PATH`` (or ``MK_DB``) the
+``correct`` verdict, 1 for every other verdict (``unverifiable_here`` included),
+2 for usage errors (a task or candidate that cannot be loaded; with ``--json``
+the error is JSON too), 3 when mk's own judge failed (``harness_error``). With ``--db PATH`` (or ``MK_DB``) the
 verdict is also recorded in the store.
 """
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         print(result.model_dump_json(indent=2))
     else:
         _table(result)
-    return 0 if result.status == "correct" else 1
+    return 0 if result.status == "correct" else 3 if result.status == "harness_error" else 1
 
 
 def _announce(task: Any, args: argparse.Namespace, source: str) -> None:

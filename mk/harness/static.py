@@ -349,9 +349,8 @@ class _Checker(ast.NodeVisitor):
         # library code does) swallows nothing: every path out of it is an exception.
         swallowing = [h for h in node.handlers if not _always_raises(h.body)]
         if swallowing:
-            self.add(2, swallowing[0].lineno if len(swallowing) < len(node.handlers) else node.lineno,
-                     "exception_handler", "try/except can hide a failing kernel behind a fallback (silent fallback); "
-                     "remove the exception handler (or make it re-raise) and let errors surface")
+            self.add(2, node.lineno, "exception_handler", "try/except can hide a failing kernel behind a fallback "
+                     "(silent fallback); remove the exception handler (or make it re-raise) and let errors surface")
         elif any(isinstance(n, (ast.Return, ast.Break, ast.Continue)) for s in node.finalbody for n in ast.walk(s)):
             self.add(2, node.lineno, "exception_handler", "return/break inside finally swallows exceptions "
                      "(silent fallback); remove it")
