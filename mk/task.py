@@ -28,8 +28,11 @@ import numpy as np
 from mk.errors import TaskError
 
 #: Distributions the frozen suite may draw a floating input from.
-FLOAT_DISTRIBUTIONS = ("native", "normal", "uniform", "wide")
-INIT_KINDS = ("normal", "uniform", "randint", "ones", "zeros", "constant", "native")
+#: ``normal``/``uniform``/``wide`` keep each input's own location and scale (a query pre-scaled by 1/sqrt(d) stays
+#: so); ``large_magnitude`` adds activation outliers sized to the dtype (float16: past the square-root of its range);
+#: ``small_magnitude``, ``zeros``, ``ones`` and ``negative`` are the edge cases a test synthesizer can ask for
+FLOAT_DISTRIBUTIONS = ("native", "normal", "uniform", "wide", "large_magnitude", "small_magnitude", "zeros", "ones", "negative")
+INIT_KINDS = ("normal", "uniform", "randint", "ones", "zeros", "constant", "native", "outliers", "negative")
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class Init:
         """Draw an array on the host. ``native`` cannot be drawn here. Large floating inputs are drawn in
         chunks straight into the target dtype, so a 512 MiB bf16 input costs 512 MiB, not a float64 copy."""
         size = int(np.prod(shape)) if shape else 1
-        if self.kind in ("normal", "uniform") and size > _CHUNK:
+        if self.kind in ("normal", "uniform", "outliers", "negative") and size > _CHUNK:
             out = np.empty(size, np_dtype(dtype))
             for lo in range(0, size, _CHUNK):
                 n = min(_CHUNK, size - lo)
@@ -83,6 +86,12 @@ class Init:
             x = rng.uniform(self.low, self.high, size=shape).astype(np.float32)
         elif self.kind == "randint":
             x = rng.integers(int(self.low), int(self.high), size=shape)
+        elif self.kind == "outliers":  # normal, with one value in a hundred at +-value (activation outliers)
+            x = rng.standard_normal(shape, dtype=np.float32) * np.float32(self.std) + np.float32(self.mean)
+            hit = rng.random(shape, dtype=np.float32) < 0.01
+            x = np.where(hit, np.where(rng.random(shape, dtype=np.float32) < 0.5, -self.value, self.value), x).astype(np.float32)
+        elif self.kind == "negative":
+            x = -np.abs(rng.standard_normal(shape, dtype=np.float32) * np.float32(self.std) + np.float32(self.mean))
         elif self.kind == "ones":
             x = np.ones(shape, np.float32)
         elif self.kind == "zeros":
@@ -244,7 +253,7 @@ class Task:
         for i, (spec, shape) in enumerate(zip(self.args, shapes)):
             init = spec.init
             if distribution != "native" and _is_float(spec.dtype) and init.kind != "native":
-                init = _override(distribution)
+                init = _override(distribution, init, spec.dtype)
             if init.kind == "native":
                 if native is None:
                     if self.native_inputs is None:
@@ -301,14 +310,44 @@ def _is_float(dtype: str) -> bool:
     return np.issubdtype(np_dtype(dtype), np.floating) or "float" in dtype
 
 
-def _override(distribution: str) -> Init:
+def _override(distribution: str, own: Init | None = None, dtype: str = "float32") -> Init:
+    """The init a distribution gives an input whose own init is ``own``: centred and scaled like it."""
+    mean, std = _location_scale(own)
     if distribution == "normal":
-        return Init("normal")
+        return Init("normal", mean=mean, std=std)
     if distribution == "uniform":
-        return Init("uniform", low=-1.0, high=1.0)
+        half = std * math.sqrt(3.0)
+        return Init("uniform", low=mean - half, high=mean + half)
     if distribution == "wide":
-        return Init("normal", mean=0.5, std=3.0)
+        return Init("normal", mean=mean + 0.5 * std, std=3.0 * std)
+    if distribution == "large_magnitude":
+        return Init("outliers", mean=mean, std=std, value=_outlier(dtype, std))
+    if distribution == "small_magnitude":
+        return Init("normal", mean=0.0, std=std * 1e-3)
+    if distribution == "zeros":
+        return Init("zeros")
+    if distribution == "ones":
+        return Init("ones")
+    if distribution == "negative":
+        return Init("negative", mean=mean, std=std)
     raise TaskError(f"unknown input distribution {distribution!r}; use one of {', '.join(FLOAT_DISTRIBUTIONS)}")
+
+
+def _location_scale(init: Init | None) -> tuple[float, float]:
+    if init is None or init.kind in ("native", "zeros", "ones", "constant", "randint"):
+        return 0.0, 1.0
+    if init.kind == "uniform":
+        return (init.low + init.high) / 2, max((init.high - init.low) / math.sqrt(12.0), 1e-6)
+    return float(init.mean), max(float(init.std), 1e-6)
+
+
+def _outlier(dtype: str, std: float) -> float:
+    """Outlier magnitude: large against the input's scale and, for float16, large enough that its square overflows."""
+    try:
+        top = float(np.finfo(np_dtype(dtype)).max)
+    except (TypeError, ValueError):
+        top = 3.4e38
+    return float(min(max(100.0 * std, 300.0), 2.0 * math.sqrt(top)))
 
 
 def _stable_int(text: str) -> int:

@@ -18,9 +18,9 @@ Synthesised test cases: the harness's :class:`~mk.harness.suite.Case` is
 :class:`~mk.task.Scale` with explicit ``shapes`` on the task
 (:meth:`Task.with_scales`, named ``syn_<case name>``) plus a ``Case`` on
 that scale; cases with the task's own shapes reuse that scale. Value edge
-cases map to distributions where one exists (``large_magnitude`` -> ``wide``);
-the others (zeros, ones, tiny, negative) have no input generator in the
-harness and are reported in :attr:`SynthesizedCases.skipped`.
+cases (zeros, ones, negative, small_magnitude, large_magnitude) are input
+distributions of their own (:data:`mk.task.FLOAT_DISTRIBUTIONS`), drawn for
+every floating input; ``odd_sizes`` is the case's shapes.
 """
 
 from __future__ import annotations
@@ -156,12 +156,7 @@ def synthesize_cases(task: Task, lm: Any, *, analysis: Any = "", attempts: int =
             scale = _fresh_name(f"syn_{tc.name}", set(task.scales) | set(scales))
             scales[scale] = Scale(scale, shapes=shapes, static=dict(task.scale().static))
             by_shapes[shapes] = scale
-        dist = tc.distribution
-        if tc.edge_case == "large_magnitude":
-            dist = "wide"
-        elif tc.edge_case not in ("none", "odd_sizes"):
-            out.skipped.append(f"{tc.name}: the harness has no {tc.edge_case!r} input generator; "
-                               f"kept as {dist!r} inputs at shapes {[list(s) for s in shapes]}")
+        dist = tc.edge_case if tc.edge_case not in ("none", "odd_sizes") else tc.distribution
         key = (scale, int(tc.seed), dist)
         if key in existing:
             out.skipped.append(f"{tc.name}: the suite already has scale {scale} seed {tc.seed} {dist}")

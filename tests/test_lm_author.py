@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import dspy
+import numpy as np
 import pytest
 from dspy.clients.cache import Cache
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
@@ -212,8 +213,12 @@ def test_synthesized_cases_become_scales_and_cases(task):
     syn = synthesize_cases(task, lm)
     assert syn.task.shapes("syn_ragged") == [(1, 5, 256), (256,)] and "ci" in syn.task.scales
     assert [(c.scale, c.seed, c.distribution) for c in syn.cases] == [
-        ("syn_ragged", 0, "normal"), ("ci", 3, "wide"), ("ci", 4, "normal")]
-    assert any("zeros" in s for s in syn.skipped) and any("dup" in s for s in syn.skipped)
+        ("syn_ragged", 0, "normal"), ("ci", 3, "large_magnitude"), ("ci", 4, "zeros")]
+    assert not any("zeros" in s for s in syn.skipped) and any("dup" in s for s in syn.skipped)
+    zeros = syn.task.make_inputs("ci", 4, "zeros")  # the edge case is really drawn, not turned into normal inputs
+    assert all(not np.any(np.asarray(x, np.float32)) for x in zeros)
+    big = np.asarray(syn.task.make_inputs("ci", 3, "large_magnitude")[0], np.float32)
+    assert np.abs(big).max() >= 300
 
     author = LMAuthor(accounted(ScriptedLM({"test_cases": [{"test_cases": cases[:1]}]}), Accountant()), knowledge=None)
     run_task, suite = prepare_suite(author, task, "cpu")

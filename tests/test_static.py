@@ -107,6 +107,77 @@ def test_ordinary_kernels_pass(src, target, require):
     assert r.reason == "" and r.findings == ()
 
 
+LIBRARY_STYLE = """
+    import dataclasses
+    import json
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu import megablox
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
+
+    _KIND = re.compile(r"TPU( v)?(\\d+)")
+
+    @dataclasses.dataclass(frozen=True)
+    class Tiling:
+        tm: int = 128
+
+        def metadata(self):
+            return json.dumps(dataclasses.asdict(self))
+
+    def _generation():
+        if version := _KIND.match(jax.devices()[0].device_kind):
+            return int(version[2])
+        raise NotImplementedError("only TPU devices are supported")
+
+    def _shard(sharding, shape):
+        try:
+            return sharding.shard_shape(shape)
+        except ValueError as exc:
+            raise ValueError("the sharding must divide the mask blocks evenly") from exc
+
+    def _check(x):
+        try:
+            return int(x)
+        except (TypeError, ValueError) as exc:
+            if isinstance(x, str):
+                raise ValueError(f"not a number: {x!r}") from exc
+            else:
+                raise
+
+    def kernel(lhs, rhs, sizes):
+        return megablox.gmm(lhs, rhs, sizes, preferred_element_type=jnp.bfloat16, tiling=(128, 128, 128))
+"""
+
+
+def test_library_style_code_passes():
+    """Pure modules library kernels use (re, json), the shipped Pallas ops, and handlers that always re-raise."""
+    r = check(LIBRARY_STYLE, "tpu", True)
+    assert r.ok, r.reason
+
+
+@pytest.mark.parametrize("src,phrase", [
+    ("import json\nO = json.codecs.open\n", "'codecs'"),
+    ("import re\nC = re.copyreg\n", "'copyreg'"),
+    ("from json import codecs\n", "'codecs'"),
+    ("def f(m):\n    return m.codecs\n", "codecs"),
+    ("def kernel(x):\n    try:\n        return f(x)\n    except ValueError:\n        if x:\n            raise\n    return x\n",
+     "try/except"),
+    ("def kernel(x):\n    try:\n        return f(x)\n    except ValueError:\n        return x\n        raise\n", "try/except"),
+    ("def kernel(x):\n    for i in x:\n        try:\n            return f(i)\n        except ValueError:\n            continue\n"
+     "            raise\n", "try/except"),
+    ("def kernel(x):\n    try:\n        return f(x)\n    except ValueError:\n        raise\n    except Exception:\n"
+     "        return x\n", "try/except"),
+    ("def kernel(x):\n    try:\n        return f(x)\n    except ValueError:\n        raise\n    finally:\n        return x\n",
+     "finally"),
+], ids=["json-codecs", "re-copyreg", "from-json-codecs", "codecs-anywhere", "conditional-raise", "return-before-raise",
+        "continue-in-handler", "one-swallowing-handler", "finally-return-after-raising-handler"])
+def test_library_style_leaks_and_swallowing_handlers_are_flagged(src, phrase):
+    r = check_source(src, target="cpu", require_pallas=False)
+    assert not r.ok and any(phrase in f.message for f in r.findings), [str(f) for f in r.findings]
+
+
 @pytest.mark.parametrize("name", ["control_pallas_matmul.py", "control_pallas_rmsnorm.py", "control_pure_jax.py"])
 def test_control_fixtures_pass(name):
     target = "cpu" if "pure" in name else "tpu"

@@ -113,6 +113,42 @@ def _flat(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
+def low_precision(dtype: np.dtype) -> bool:
+    return np.dtype(dtype).name in ("bfloat16", "float16") or (np.dtype(dtype).kind == "V" and np.dtype(dtype).itemsize <= 2)
+
+
+def compare_fair(reference: Sequence[np.ndarray], reference_f32: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
+                 tolerance: Tolerance) -> Comparison:
+    """The rule for low-precision references: an output the tolerance refuses still passes when its largest error
+    against the reference computed in float32 is no worse than the low-precision reference's own (and it has no
+    NaN/inf the reference lacks and correlates with it). A candidate more accurate than a bf16 reference is not
+    failed for disagreeing with the reference's rounding."""
+    first = compare_outputs(reference, candidate, tolerance)
+    if first.ok or len(candidate) != len(reference) or len(reference_f32) != len(reference):
+        return first
+    max_abs = max_rel = 0.0
+    for k, (r, r32, c) in enumerate(zip(reference, reference_f32, candidate)):
+        atol, rtol = tolerance.for_output(k)
+        got = compare_one(r, c, atol, rtol)
+        if got.ok:
+            max_abs, max_rel = max(max_abs, got.max_abs or 0.0), max(max_rel, got.max_rel or 0.0)
+            continue
+        if not low_precision(r.dtype) or got.max_abs is None or tuple(r32.shape) != tuple(r.shape):
+            return first
+        r64, c64, t64 = _as_float(_flat(r)), _as_float(_flat(c)), np.asarray(r32, np.float64).reshape(-1)
+        finite = np.isfinite(t64)
+        if not np.isfinite(c64[finite]).all():
+            return first
+        own = float(np.max(np.abs(r64[finite] - t64[finite]), initial=0.0))
+        mine = float(np.max(np.abs(c64[finite] - t64[finite]), initial=0.0))
+        if mine > own or _uncorrelated(t64[finite], c64[finite], r.dtype):
+            return Comparison(False, got.max_abs, got.max_rel, f"{first.reason}; against the float32 reference its error "
+                              f"{mine:.3g} exceeds the {r.dtype.name} reference's own {own:.3g}")
+        max_abs, max_rel = max(max_abs, got.max_abs), max(max_rel, got.max_rel or 0.0)
+    return Comparison(True, max_abs, max_rel, f"passed by the low-precision rule: error against the float32 reference no "
+                      f"worse than the {reference[0].dtype.name} reference's own")
+
+
 def check_inputs(pristine: Sequence[np.ndarray], after: Mapping[int, np.ndarray]) -> str | None:
     """``None`` when every input is bit-identical after the call, else the reason."""
     for k, before in enumerate(pristine):

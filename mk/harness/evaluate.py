@@ -32,7 +32,7 @@ import numpy as np
 from mk.candidate import Candidate, load_candidate
 from mk.errors import CandidateError, ConfigError, MkError, TaskError
 from mk.harness.arrays import encode_static, load_arrays, save_arrays
-from mk.harness.compare import compare_outputs
+from mk.harness.compare import compare_fair, compare_outputs, low_precision
 from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limit_mb
 from mk.harness.results import CaseResult, CostResult, EvalResult, StepResult, TimingResult
 from mk.harness.suite import Case, FrozenSuite, ReferenceCache, build_suite
@@ -414,6 +414,12 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
         raise _Verdict("crashed", f"{what}: outputs unreadable ({exc})") from None
     shutil.rmtree(folder, ignore_errors=True)
     cmp = compare_outputs(expected, got, run.task.tolerance)
+    if not cmp.ok and any(low_precision(e.dtype) for e in expected):
+        f32 = _refs(run).compute_f32(case.scale, inputs)
+        if f32 is not None:
+            cmp = compare_fair(expected, f32, got, run.task.tolerance)
+            if cmp.ok:
+                run.flags.append(f"{what}: {cmp.reason}")
     if record:
         run.seconds[f"case_{i}"] = float(reply.get("seconds") or 0.0)
         run.cases.append(CaseResult(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution, ok=cmp.ok,

@@ -1,0 +1,18 @@
+# Upstream op: jax.experimental.pallas.ops.gpu.paged_attention.paged_attention (Triton paged GQA decode
+# with split-K over the pages, vmapped over the batch upstream).
+# Task: jaxbench:6p_Paged_Attention (one query token per sequence, length-masked, 8 query heads per KV head)
+# at scale ci (4 sequences, Hq=16, Hkv=2, D=128, 8 pages of 16 slots per sequence).
+# Target: gpu. Expected verdict: correct.
+# Glue: the query row of each sequence (queries[cu_q_lens[i]]), pre-scaled by D^-0.5 (the op has no scale);
+# the pages transposed to the op's (Hkv, pages, page_size, D) layout. k_splits=2 x 4 pages per block.
+import jax.numpy as jnp
+from jax.experimental.pallas.ops.gpu import paged_attention as upstream
+
+
+def kernel(queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
+           num_seqs, num_q_heads, num_kv_heads, head_dim, max_seq_len):
+    q = queries[cu_q_lens[:num_seqs]] * jnp.asarray(head_dim**-0.5, queries.dtype)
+    k = jnp.transpose(k_pages, (2, 0, 1, 3))
+    v = jnp.transpose(v_pages, (2, 0, 1, 3))
+    return upstream.paged_attention(q, k, v, page_indices, kv_lens, block_h=16, pages_per_compute_block=4,
+                                    k_splits=2)
