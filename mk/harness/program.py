@@ -78,21 +78,51 @@ def kernel_label(eqn: Any) -> str:
 def with_interpret(closed: Any, interpret: Any) -> Any:
     """``closed`` with every ``pallas_call`` (nested calls included) set to run with ``interpret``; the
     candidate's Python does not run again: this rewrites the one trace."""
+    from jax._src.pallas import core as pallas_core
     from jax.extend import core as jcore
+
+    # the TPU interpreter runs on host callbacks (ordered IO effects): the rewritten pallas_call and every
+    # equation and jaxpr around it must declare them, or lowering finds no token for them (KeyError)
+    added = frozenset(pallas_core.get_interpret_effects(interpret))
+    tpu_interpreter = bool(added)
 
     def rewrite(jaxpr: Any) -> Any:
         eqns = []
+        grew = False
         for eqn in jaxpr.eqns:
             params = dict(eqn.params)
             if eqn.primitive.name == "pallas_call":
                 params["interpret"] = interpret
+                if tpu_interpreter:
+                    params["compiler_params"] = _with_vmapped_semantics(params.get("compiler_params"), params.get("grid_mapping"))
+                inner = added
             else:
+                before = [sub.effects for value in params.values() for sub in _sub_jaxprs(value)]
                 for key, value in params.items():
                     params[key] = _map_jaxprs(value, rewrite, jcore)
-            eqns.append(eqn.replace(params=params))
-        return jaxpr.replace(eqns=eqns)
+                after = [sub.effects for value in params.values() for sub in _sub_jaxprs(value)]
+                inner = frozenset().union(*after) - frozenset().union(*before)
+            grew = grew or bool(inner - eqn.effects)
+            eqns.append(eqn.replace(params=params, effects=eqn.effects | inner))
+        if not grew:
+            return jaxpr.replace(eqns=eqns)
+        return jaxpr.replace(eqns=eqns, effects=jaxpr.effects | frozenset().union(*(e.effects for e in eqns)))
 
     return jcore.ClosedJaxpr(rewrite(closed.jaxpr), closed.consts)
+
+
+def _with_vmapped_semantics(compiler_params: Any, grid_mapping: Any) -> Any:
+    """TPU compiler params whose ``dimension_semantics`` cover a vmapped grid: ``jax.vmap`` of a pallas_call
+    adds grid dimensions (``grid_mapping.vmapped_dims``) but keeps the user's semantics; Mosaic's lowering
+    inserts "parallel" for them, the TPU interpreter zips grid and semantics and fails (safe_zip)."""
+    semantics = getattr(compiler_params, "dimension_semantics", None)
+    vmapped = tuple(getattr(grid_mapping, "vmapped_dims", ()) or ())
+    grid = tuple(getattr(grid_mapping, "grid", ()) or ())
+    if semantics is None or not vmapped or len(semantics) + len(vmapped) != len(grid):
+        return compiler_params
+    user = iter(semantics)
+    full = tuple("parallel" if i in vmapped else next(user) for i in range(len(grid)))
+    return dataclasses.replace(compiler_params, dimension_semantics=full)
 
 
 def _map_jaxprs(value: Any, fn: Callable[[Any], Any], jcore: Any) -> Any:

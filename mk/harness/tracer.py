@@ -66,7 +66,8 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
     module = importlib.util.module_from_spec(mod_spec)
     sys.modules["candidate"] = module
     try:
-        mod_spec.loader.exec_module(module)
+        with _state["target"].lowering_context(spec.get("chip", "v6e")):
+            mod_spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001
         return _failure("import", exc, denied_events())
     entry = getattr(module, spec["entry"], None)
