@@ -41,8 +41,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from mk.candidate import load_candidate
     from mk.harness import evaluate
+    from mk.harness.evaluate import prestart
     from mk.loaders import load_task
 
+    prestart(args.target)  # the judge's processes import JAX while the task loads
     task = load_task(args.task)
     if args.scale:  # restrict the task as `mk optimize --scale` does, so the suite hash matches the kernel's header
         task = task.with_scales({args.scale: task.scale(args.scale)})

@@ -201,7 +201,24 @@ def _spawn(target: Target, memory_mb: int) -> tuple[dict[str, str], Any, Child, 
 
     env = {"JAX_PLATFORMS": "cpu"} if target.name == "cpu" or not target.device_present() else {}
     iso = isolation.detect()
-    return env, iso, pool.tracer(env, memory_mb, iso), pool.runner(env, memory_mb)
+    return env, iso, pool.tracer({**env, "MK_TARGET": target.name}, memory_mb, iso), pool.runner(env, memory_mb)
+
+
+def prestart(target: str, memory_limit_mb: int | None = None) -> None:
+    """Start the tracer and the runner for ``target`` now (their JAX imports then overlap the caller's own
+    start-up, e.g. loading the task); the next :func:`evaluate` takes them."""
+    from mk.harness import isolation, pool
+
+    import glob
+
+    tgt = get_target(target)
+    memory_mb = int(memory_limit_mb or default_memory_limit_mb())
+    # a guess without importing JAX here (that would serialise the start-up this overlaps); when it is wrong the
+    # evaluation's own key differs and it starts its processes itself
+    device = {"gpu": "/dev/nvidia[0-9]*", "tpu": "/dev/accel[0-9]*"}.get(tgt.name)
+    env = {} if device and glob.glob(device) else {"JAX_PLATFORMS": "cpu"}
+    pool.prepare_spare({**env, "MK_TARGET": tgt.name}, memory_mb, isolation.detect())
+    pool.runner(env, memory_mb)
 
 
 def _release(env: dict[str, str], iso: Any, tracer: Child, runner: Child) -> None:
@@ -229,7 +246,7 @@ def _finish(run: _Run) -> None:
     if run.rdir is not None:
         shutil.rmtree(run.rdir, ignore_errors=True)
     if run.iso is not None:
-        pool.prepare_spare(run.env, run.memory_mb, run.iso)
+        pool.prepare_spare({**run.env, "MK_TARGET": run.target.name}, run.memory_mb, run.iso)
 
 
 def _rel(child: Child, path: Path) -> str:
