@@ -319,6 +319,9 @@ def _check_programs(run: _Run) -> None:
         why = _structure_mismatch(want, exported["target"])
         if why:
             raise _Verdict("incorrect", f"scale {scale}: {why}")
+        if facts.get("dma_races") and run.target.name == "tpu":
+            raise _Verdict("rejected", f"{facts['dma_races'][0]} at scale {scale} (a write/write DMA race: wait for the "
+                                       "first copy, or use separate buffers)")
         if facts.get("low_precision_dots") and _pins_highest(run.task):
             raise _Verdict("rejected", f"{facts['low_precision_dots'][0]} on a float32 task whose reference runs at HIGHEST "
                                        "precision (one bf16 pass on a TPU): use precision=HIGHEST in the kernel")

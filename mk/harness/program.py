@@ -173,6 +173,58 @@ def async_kernels(jaxpr: Any) -> list[str]:
     return found
 
 
+def dma_write_races(jaxpr: Any) -> list[str]:
+    """Two DMAs in flight into the same destination (same buffer, same static window), the first not yet waited
+    for: which lands last is up to the hardware. JAX's race detector does not report this write/write race. Only
+    windows that are provably the same are compared (a dynamic index, as in double buffering, is never flagged);
+    each block of the kernel body is checked in program order."""
+    try:
+        from jax._src.pallas.mosaic.primitives import _dma_unflatten
+    except ImportError:  # another JAX: the check is an addition, never a gate
+        return []
+    from jax.extend import core as jcore
+
+    def key(tref: Any) -> tuple | None:
+        ref, transforms = getattr(tref, "ref", tref), getattr(tref, "transforms", ())
+        leaves = jax_leaves(transforms)
+        if any(isinstance(x, jcore.Var) for x in leaves):
+            return None
+        return (id(ref), repr([getattr(x, "val", x) for x in leaves]), repr(transforms).split("(")[0])
+
+    found: list[str] = []
+
+    def block(jaxpr: Any, label: str) -> None:
+        in_flight: dict[tuple, tuple | None] = {}
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name in ("dma_start", "dma_wait"):
+                try:
+                    _src, dst, dst_sem, _src_sem, _dev = _dma_unflatten(eqn.params["tree"], eqn.invars)
+                except Exception:  # noqa: BLE001 - an unknown layout: say nothing
+                    continue
+                d, sem = key(dst), key(dst_sem)
+                if name == "dma_start" and d is not None:
+                    if d in in_flight:
+                        found.append(f"{label}: a second DMA into the same buffer starts before the first is waited for")
+                    in_flight[d] = sem
+                elif name == "dma_wait":
+                    for k in [k for k, v in in_flight.items() if v == sem or k == d]:
+                        del in_flight[k]
+            for value in eqn.params.values():
+                for sub in _sub_jaxprs(value):
+                    block(sub, label)
+
+    for eqn in pallas_eqns(jaxpr):
+        block(eqn.params["jaxpr"], kernel_label(eqn))
+    return found
+
+
+def jax_leaves(tree: Any) -> list[Any]:
+    import jax
+
+    return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None)
+
+
 def output_bytes(closed: Any) -> int:
     return sum(int(getattr(v.aval, "size", 0)) * getattr(getattr(v.aval, "dtype", None), "itemsize", 0)
                for v in closed.jaxpr.outvars)

@@ -126,6 +126,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         "low_precision_dots": program.low_precision_kernel_dots(closed.jaxpr),
         "grid_steps": _grid_steps(closed.jaxpr),
         "async_kernels": program.async_kernels(closed.jaxpr),
+        "dma_races": program.dma_write_races(closed.jaxpr),
     }
     if facts["callbacks"]:
         return {**facts, "target_file": None, "cpu_file": None}
