@@ -56,6 +56,13 @@ TASKS = {
     # float16 activations: the suite's large_magnitude case has outliers past sqrt(float16 max) (rule 20)
     "rms16": Task("adv_rmsnorm16", ref_rmsnorm16, (ArgSpec("x", (16, 128), "float16"), ArgSpec("w", (128,), "float16")),
                   {"ci": Scale("ci")}, tolerance=Tolerance(1e-2, 1e-2)),
+    # round 3 tasks: an index-valued epilogue, a boolean output, a reference of erf only, a large loose-atol output
+    "top1": Task("adv_top1", lambda x, w: jnp.argmax(jnp.dot(x, w, precision=jax.lax.Precision.HIGHEST), axis=-1),
+                 (ArgSpec("x", (16, 256), "float32"), ArgSpec("w", (256, 128), "float32")), {"ci": Scale("ci")}),
+    "mask": Task("adv_positive_mask", lambda x: x > 0.0, (ArgSpec("x", (16, 128), "float32"),), {"ci": Scale("ci")}),
+    "erf": Task("adv_erf", lambda x: jax.lax.erf(x), (ArgSpec("x", (16, 128), "float32"),), {"ci": Scale("ci")}),
+    "smallbig": Task("adv_small_big", lambda x: 0.05 * jnp.tanh(x), (ArgSpec("x", (1024, 2048), "float32"),),
+                     {"ci": Scale("ci")}, tolerance=Tolerance(0.1, 0.0)),
     # fp32 HIGHEST reference with a tight tolerance (rule 11)
     "mm": Task("adv_matmul", ref_matmul, (ArgSpec("x", (16, 256), "float32"), ArgSpec("y", (256, 128), "float32")),
                {"ci": Scale("ci")}, tolerance=Tolerance(1e-4, 1e-4)),
@@ -150,6 +157,33 @@ EXPECTED = [
     Expect("r2_tracing_interpret_true.py", "tanh", "tpu", ("rejected",), r"sets interpret mode on its kernel"),
     Expect("r2_tracing_stack_sniff.py", "tanh", "tpu", ("incorrect",), r"outside atol"),
     Expect("r2_unwritten_block1.py", "tanh", "tpu", ("incorrect",), r"NaN/inf value\(s\) where the reference is finite"),
+    # round 3 (a second red team, on the hardened judge): each hole found, and two honest kernels it refused
+    Expect("r3_ablation_argmax_epilogue.py", "top1", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("r3_ablation_bool_output.py", "mask", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("r3_ablation_oom_skips_rule15.py", "tanh", "tpu", ("rejected", "crashed", "unverifiable_here"), r"too large|ablation|memory"),
+    Expect("r3_compare_sampled_positions.py", "smallbig", "cpu", ("incorrect",), r"uncorrelated"),
+    Expect("r3_crash_deep_workdir.py", "tanh", "tpu", ("correct", "timeout"), r"all \d+ cases match|ran past its", {"timeouts": {"import": 20}}),
+    Expect("r3_crossform_platform_dependent.py", "tanh", "tpu", ("rejected",), r"platform-dependent code"),
+    Expect("r3_crossform_takeover_with_interpret.py", "tanh", "tpu", ("incorrect", "rejected"), r"TPU-interpreter check|outside atol|private"),
+    Expect("r3_data_memorized_suite.py", "tanh", "tpu", ("incorrect",), r"fresh random seed"),
+    Expect("r3_dos_big_constant.py", "tanh", "tpu", ("rejected",), r"too large"),
+    Expect("r3_dos_log_flood.py", "tanh", "tpu", ("compile_error", "crashed"), r"File too large|past the \d+ MB limit"),
+    Expect("r3_escape_symlinked_case_dir.py", "tanh", "tpu", ("crashed", "rejected"), r"replaced by a link|not a regular"),
+    Expect("r3_flops_kernel_in_loop.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("r3_nowork_composite.py", "mm", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r3_nowork_conv_layout.py", "mm", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r3_nowork_int_operand_credit.py", "tanh", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r3_nowork_loop_ne.py", "mm", "tpu", ("rejected",), r"FLOPs run outside the kernels|loop whose trip count"),
+    Expect("r3_nowork_scatter_apply.py", "tanh", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r3_nowork_zero_flop_reference.py", "erf", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
+    Expect("r3_poison_runner_memory.py", "tanh", "tpu", ("rejected",), r"FLOPs run outside the kernels|too large"),
+    Expect("r3_precision_outside_default_dot.py", "mm", "tpu", ("rejected",), r"below HIGHEST precision"),
+    Expect("r3_reply_bad_program_file.py", "tanh", "tpu", ("crashed",), r"not a readable jax.export artifact"),
+    Expect("r3_reply_grid_steps.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("r3_semantics_clamped_dynamic_slice.py", "tanh", "tpu", ("incorrect",), r"Out-of-bounds read"),
+    Expect("r3_semantics_gpu_grid_accumulate.py", "tanh", "gpu", ("correct", "rejected", "compile_error"),
+           r"all \d+ cases match|concurrently|power of 2"),
+    Expect("r3_semantics_revisit_output.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check .*(Revisited block|NaN/inf)"),
 ]
 
 
@@ -172,6 +206,11 @@ def test_fixture_verdict(exp: Expect, suites):
     assert "\n" not in result.reason.strip()
     if exp.fixture == "rule07_fake_metrics.py":  # nothing the candidate printed reached the verdict
         assert "150" not in result.reason and "PASSED" not in result.reason
+    if exp.fixture == "r3_crash_deep_workdir.py":  # nothing the candidate left is kept on disk
+        from mk.harness import pool
+
+        assert not [p for p in (pool._root.iterdir() if pool._root else ()) if p.name.startswith("tracer") and
+                    (p / "d").exists()]
     if exp.fixture == "r2_escape_orphan_session.py":  # the process it started did not outlive the run
         import subprocess
 

@@ -131,7 +131,7 @@ def test_correct_pure_jax_on_cpu_with_timing(task):
     r = evaluate(task, PURE, target="cpu", scale="ci", timeouts=FAST)
     assert r.status == "correct", r.reason
     assert r.suite_hash == build_suite(task, scales=["ci"]).hash
-    assert len(r.cases) == 7 and all(c.ok and c.max_abs is not None for c in r.cases)
+    assert len(r.cases) == 8 and all(c.ok and c.max_abs is not None for c in r.cases)
     assert r.timing.measured and r.timing.speedup > 0 and r.timing.runs >= 10 and r.timing.input_sets >= 3
     assert r.cost.candidate_flops and r.cost.reference_flops
     assert [s.name for s in r.steps] == ["static", "compile", "correctness", "timing", "cost"]

@@ -46,6 +46,8 @@ _OOM_MARKERS = ("MemoryError", "RESOURCE_EXHAUSTED", "Out of memory", "std::bad_
 #: reject a candidate when more than this share of the reference's FLOPs runs outside its kernels; flag above FLAG
 OUTSIDE_SHARE_REJECT = 0.5
 OUTSIDE_SHARE_FLAG = 0.1
+#: outside work below this many operations per output element is never rejected (an epilogue)
+EPILOGUE_OPS_PER_OUTPUT = 2
 #: errors that mean "this machine cannot lower or run it", not "the kernel is wrong"
 _UNVERIFIABLE = ("mosaic_gpu", "Mosaic GPU", "jaxlib GPU", "libtpu", "Cannot lower pallas_call on platform",
                  "needs a GPU", "requires a GPU", "not implemented in interpret mode", "Unimplemented primitive in Pallas TPU interpret")
@@ -168,7 +170,8 @@ def evaluate(
         _ablate(run)
         _check_races(run)
         _run_cases(run)
-        reason = f"all {len(run.suite.cases)} cases match the reference"
+        reason = (f"all {len(run.suite.cases)} cases match the reference (and {len(run.cases) - len(run.suite.cases)} "
+                  "from a fresh random seed)")
         timing_res, cost_res = _time_and_cost(run)
     except _Verdict as v:
         status, reason = v.status, v.reason
@@ -245,8 +248,15 @@ def _finish(run: _Run) -> None:
         pool.discard(run.runner)
     if run.rdir is not None:
         shutil.rmtree(run.rdir, ignore_errors=True)
+    if run.runner is not None and run.runner.alive():
+        pool.recycle_if_grown(run.runner)
     if run.iso is not None:
         pool.prepare_spare({**run.env, "MK_TARGET": run.target.name}, run.memory_mb, run.iso)
+
+
+def _int(value: Any) -> int:
+    """An integer from the tracer's reply (a claim: anything else counts as 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40 else 0
 
 
 def _rel(child: Child, path: Path) -> str:
@@ -291,6 +301,9 @@ def _check_programs(run: _Run) -> None:
         if facts.get("callbacks"):
             raise _Verdict("rejected", f"host callback ({', '.join(map(str, facts['callbacks']))}) in the candidate's program at "
                                        f"scale {scale}: the computation must run on the device, not in Python")
+        if facts.get("platform_dependent"):
+            raise _Verdict("rejected", f"platform-dependent code (lax.platform_dependent) at scale {scale}: the program "
+                                       "checked on this machine would not be the one the device runs")
         if facts.get("candidate_interpret") and run.target.name != "cpu":
             raise _Verdict("rejected", f"the candidate sets interpret mode on its kernel ({facts['candidate_interpret'][0]}): on a "
                                        f"{run.target.name} it would never run as a kernel; leave interpret to the judge")
@@ -300,8 +313,16 @@ def _check_programs(run: _Run) -> None:
                 raise _Verdict("crashed", f"the tracer named a {form} program it did not write ({name!r})")
         if files["target"] is None:
             raise _Verdict("compile_error", f"no program was exported for {run.target.name} at scale {scale}")
-        exported = {form: export.deserialize(bytearray(_read_regular(run.tracer.workdir / name)))
-                    for form, name in files.items() if name}
+        exported = {}
+        for form, name in files.items():
+            if name:
+                try:
+                    exported[form] = export.deserialize(bytearray(_read_regular(run.tracer.workdir / name)))
+                except _Verdict:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the tracer's file, not mk's bug
+                    raise _Verdict("crashed", f"the tracer's {form} program at scale {scale} is not a readable jax.export "
+                                              f"artifact ({type(exc).__name__})") from None
         sites = program.custom_calls(exported["target"].mlir_module())
         foreign = program.foreign_calls(sites, run.target.name)
         if foreign:
@@ -322,6 +343,9 @@ def _check_programs(run: _Run) -> None:
         if facts.get("dma_races") and run.target.name == "tpu":
             raise _Verdict("rejected", f"{facts['dma_races'][0]} at scale {scale} (a write/write DMA race: wait for the "
                                        "first copy, or use separate buffers)")
+        if run.target.name != "cpu" and _pins_highest(run.task) and program.low_precision_xla_dots(exported["target"].mlir_module()):
+            raise _Verdict("rejected", f"a float32 dot outside the kernels runs below HIGHEST precision at scale {scale} "
+                                       "(one bf16 pass on a TPU, TF32 on a GPU) on a task whose reference runs at HIGHEST")
         if facts.get("low_precision_dots") and _pins_highest(run.task):
             raise _Verdict("rejected", f"{facts['low_precision_dots'][0]} on a float32 task whose reference runs at HIGHEST "
                                        "precision (one bf16 pass on a TPU): use precision=HIGHEST in the kernel")
@@ -364,17 +388,26 @@ def _ablate(run: _Run) -> None:
         reply = run.runner.ask({"op": "ablate", "scale": scale, "dir": _rel(run.runner, folder), "kernels": n},
                                run.timeouts.compile_s + run.timeouts.case_s * (n + 2), f"the kernel ablation at scale {scale}")
         shutil.rmtree(folder, ignore_errors=True)
-        if not reply.get("ok"):
-            run.flags.append(f"scale {scale}: kernel ablation could not run ({_last_line(str(reply.get('error')))})")
-            continue
+        if not reply.get("ok"):  # never a pass by default: the kernels' work could not be checked
+            raise _Verdict("unverifiable_here", f"the kernel ablation at scale {scale} could not run here "
+                                                f"({_last_line(str(reply.get('error')))}), so the judge cannot show that "
+                                                "the kernels do the work")
         dead = [k for k, changed in enumerate(reply["changed"]) if not changed]
         if dead:
             raise _Verdict("rejected", f"kernel {dead[0] + 1} of {n} does no work at scale {scale}: replacing its outputs by NaN "
                                        "leaves the result unchanged (an unused, dead-branch or overridden pallas_call)")
         outside, ref = reply.get("outside_flops"), reply.get("reference_flops")
-        if outside is not None and ref:
+        hidden = float(reply.get("outside_unknown_loops") or 0.0)
+        if outside is not None and ref is not None:
+            ref = max(float(ref), 1.0)
+            if hidden > OUTSIDE_SHARE_FLAG * ref:
+                raise _Verdict("rejected", f"work outside the kernels at scale {scale} runs in a loop whose trip count the "
+                                           "judge cannot read: put the loop in a kernel, or make it a counted fori_loop")
             share = outside / ref
-            if share > OUTSIDE_SHARE_REJECT:
+            # an epilogue of a couple of operations per output element (a cast, a compare, a bias) is no cheat,
+            # even when the reference itself is hardly more than that
+            out_elems = sum(int(np.prod(a.shape)) for a in run.exported[scale]["target"].out_avals)
+            if share > OUTSIDE_SHARE_REJECT and outside > EPILOGUE_OPS_PER_OUTPUT * out_elems:
                 raise _Verdict("rejected", f"{share:.0%} of the reference's FLOPs run outside the kernels at scale {scale} "
                                            f"({outside:.3g} of {ref:.3g}): the pallas_call must do the work, not XLA")
             if share > OUTSIDE_SHARE_FLAG:
@@ -382,29 +415,33 @@ def _ablate(run: _Run) -> None:
 
 
 def _check_races(run: _Run) -> None:
-    """Rule 18: a kernel that starts DMAs or uses semaphores runs once more, on one case of the smallest scale, in
-    the TPU interpreter with race detection (in the tracer: its host callbacks cannot be exported; race detection
-    costs ~20x, so one small case). A race rejects; a mismatch there counts as incorrect. A tracer could hide a
-    race, never invent a pass."""
+    """Rules 5 and 18: every TPU kernel runs once more, on the first case of each scale, in the TPU interpreter
+    with race detection (in the tracer: its host callbacks cannot be exported; it costs ~20x, so one case).
+    It models what the HLO interpreter does not: DMA races, out-of-bounds block accesses, output blocks revisited
+    after they were written back. A race rejects; an error or a mismatch there counts as incorrect. A tracer
+    could hide a finding, never invent a pass."""
     if run.target.name != "tpu" or run.on_device:
         return
-    racy = [s for s in run.suite.scales if run.programs[s].get("async_kernels") and run.programs[s].get("cpu_file")]
-    if not racy:  # without a CPU form every case already runs in the TPU interpreter, race detector included
-        return
-    scale = min(racy, key=lambda s: sum(int(np.prod(x.shape)) for x in run.task.arg_structs(s)))
-    case = run.suite.for_scale(scale)[0]
-    i = run.suite.cases.index(case)
-    _run_one(run, i, case, run.tracer, "tracer interpreter", f"race check on case {i} ({scale})", record=False, slow=20.0)
+    for scale in run.suite.scales:  # without a CPU form every case already runs in the TPU interpreter
+        if run.programs[scale].get("kernels") and run.programs[scale].get("cpu_file"):
+            case = run.suite.for_scale(scale)[0]
+            i = run.suite.cases.index(case)
+            _run_one(run, i, case, run.tracer, "tracer interpreter", f"TPU-interpreter check on case {i} ({scale})",
+                     record=False, slow=20.0)
 
 
 def _run_cases(run: _Run) -> None:
     """Each case: inputs generated here, the program run by the runner (or, for a kernel only the TPU
     interpreter runs, by the tracer), outputs compared here, files deleted."""
     forms = set()
-    for i, case in enumerate(run.suite.cases):
+    # the frozen cases, then one case per scale from a secret seed: the suite's seeds are public, so a candidate
+    # could regenerate its inputs and memorise the answers; this input it cannot know (its seed is recorded)
+    fresh = [Case(s, secrets.randbelow(2**31), "normal", note="fresh seed") for s in run.suite.scales]
+    for i, case in enumerate([*run.suite.cases, *fresh]):
         who, form = _executor(run, case.scale)
         forms.add(form)
-        _run_one(run, i, case, who, form, f"case {i} ({case.scale}, seed {case.seed}, {case.distribution})",
+        label = "fresh random seed " if case.note == "fresh seed" else "seed "
+        _run_one(run, i, case, who, form, f"case {i} ({case.scale}, {label}{case.seed}, {case.distribution})",
                  slow=20.0 if who is run.tracer else 1.0)
     run.verified_by = ", ".join(sorted(forms))
 
@@ -414,11 +451,11 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     """Run case ``i`` with ``who`` (the runner, or the tracer's TPU interpreter), compare, record. ``slow``: a
     factor on the interpreted-case deadline (race detection)."""
     inputs = run.suite.inputs(run.task, case)
-    expected = _refs(run).outputs(case, inputs)
+    expected = _refs(run).compute(case.scale, inputs) if case.note == "fresh seed" else _refs(run).outputs(case, inputs)
     # the tracer's work dir is hostile (links, fifos): a fresh unpredictable name there
     name = f"case_{i:03d}" if who is run.runner else f"case_{i:03d}_{secrets.token_hex(8)}"
     folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
-    steps = int(run.programs[case.scale].get("grid_steps") or 0)
+    steps = _int(run.programs[case.scale].get("grid_steps"))
     limit = run.timeouts.case_s * (1 if run.on_device else slow * min(20.0, max(1.0, steps / 256)))
     reply = who.ask({"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": _rel(who, folder), "form": form},
                     limit, what)
@@ -434,6 +471,8 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     if reply.get("races"):
         raise _Verdict("rejected", f"{what}: the TPU interpreter's race detector found a data race (a DMA or a "
                                    "semaphore is not waited for before the buffer is used)")
+    if folder.is_symlink() or not folder.resolve().is_relative_to(who.workdir.resolve()):
+        raise _Verdict("crashed", f"{what}: the case folder was replaced by a link (outputs are read only from the work dir)")
     try:
         got = load_arrays(folder, "out")
     except (OSError, ValueError) as exc:
@@ -527,7 +566,11 @@ def _write_inputs(run: _Run, name: str, inputs: list[np.ndarray], into: Path | N
     return folder
 
 
-def _read_regular(path: Path, limit: int = 1 << 31) -> bytes:
+#: the largest exported program the judge reads (a program is code; big tables belong in inputs)
+MAX_PROGRAM_BYTES = 64 << 20
+
+
+def _read_regular(path: Path, limit: int = MAX_PROGRAM_BYTES) -> bytes:
     """Read a file the tracer wrote without following links or blocking on fifos."""
     import os
     import stat
@@ -535,8 +578,11 @@ def _read_regular(path: Path, limit: int = 1 << 31) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        if not stat.S_ISREG(info.st_mode):
             raise _Verdict("crashed", f"the tracer left {path.name} as something other than a regular file")
+        if info.st_size > limit:
+            raise _Verdict("rejected", f"the exported program {path.name} is too large ({info.st_size >> 20} MiB > "
+                                       f"{limit >> 20} MiB): pass large tables as inputs, not as constants baked into the code")
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read()
     finally:
@@ -620,7 +666,7 @@ def _compile_step(run: _Run, status: str) -> StepResult:
 
 
 def _correctness_step(run: _Run, status: str) -> StepResult:
-    n = len(run.suite.cases)
+    n = len(run.suite.cases) + len(run.suite.scales)  # the frozen cases and one fresh-seed case per scale
     passed = sum(c.ok for c in run.cases)
     ran = bool(run.cases) or status == "correct"
     return StepResult(name="correctness", ok=(passed == n and status == "correct") if ran else None,

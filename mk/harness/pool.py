@@ -19,14 +19,16 @@ Everything is killed at interpreter exit.
 from __future__ import annotations
 
 import atexit
-import shutil
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Mapping
 
-from mk.harness.process import Child
+from mk.harness.process import Child, remove_tree, tree_rss_mb
+
+#: a warm runner that holds this much more than when it started is replaced
+RUNNER_GROWTH_MB = 512.0
 
 _lock = threading.Lock()
 _root: Path | None = None
@@ -101,7 +103,18 @@ def discard(child: Child) -> None:
             for k, v in list(table.items()):
                 if v is child:
                     del table[k]
-    shutil.rmtree(child.workdir, ignore_errors=True)
+    child.remove()
+
+
+def recycle_if_grown(child: Child, limit_mb: float = RUNNER_GROWTH_MB) -> None:
+    """Drop a warm runner whose resident memory grew by more than ``limit_mb`` since it started (what one
+    evaluation left behind must not decide the next one's verdict)."""
+    rss = tree_rss_mb(child.proc.pid) if child.proc is not None else 0.0
+    base = getattr(child, "baseline_mb", None)
+    if base is None:
+        child.baseline_mb = rss
+    elif rss - base > limit_mb:
+        discard(child)
 
 
 def shutdown() -> None:
@@ -112,4 +125,4 @@ def shutdown() -> None:
     for child in children:
         child.close()
     if _root is not None:
-        shutil.rmtree(_root, ignore_errors=True)
+        remove_tree(_root)

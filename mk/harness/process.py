@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 _ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "JAX_PLATFORMS", "JAX_ENABLE_X64", "XLA_FLAGS", "LD_LIBRARY_PATH",
               "CUDA_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID")
 MAX_REPLY = 1 << 20
+#: the largest file a child may write (exported programs, outputs, its log): RLIMIT_FSIZE, set by the child itself
+FILE_LIMIT_MB = 1024
 
 Outcome = Literal["failed", "rejected", "timeout", "crashed"]
 
@@ -78,7 +80,8 @@ class Child:
     def start(self) -> "Child":
         req_r, self._req_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
-        self._log_path = self.workdir / f"{Path(self.argv[-2] if len(self.argv) > 1 else 'child').name}.log"
+        # the log lives beside the work dir, not in it (a candidate owns its work dir); RLIMIT_FSIZE caps it
+        self._log_path = self.workdir.parent / f"{self.workdir.name}.log"
         env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
         env.update(HOME=str(self.workdir / "home"), TMPDIR=str(self.workdir / "tmp"), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1", MK_REQUEST_FD=str(req_r), MK_REPLY_FD=str(rep_w))
@@ -86,6 +89,7 @@ class Child:
         for sub in ("home", "tmp"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         env["MK_MEMORY_LIMIT_MB"] = str(self.memory_limit_mb)  # the child caps itself before any candidate code
+        env["MK_FILE_LIMIT_MB"] = str(FILE_LIMIT_MB)
         argv = self.wrapper(list(self.argv), self.workdir, (req_r, rep_w)) if self.wrapper else list(self.argv)
         with open(self._log_path, "wb") as err:
             self.proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=err,
@@ -141,10 +145,20 @@ class Child:
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
-            data = self._log_path.read_bytes()[-limit:]
+            with open(self._log_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+                data = f.read(limit)
         except (OSError, AttributeError):
             return ""
         return data.decode("utf-8", "replace").strip()
+
+    def remove(self) -> None:
+        """Delete the work dir and the log, whatever the candidate left there (deep trees, odd permissions)."""
+        remove_tree(self.workdir)
+        try:
+            self._log_path.unlink()
+        except (OSError, AttributeError):
+            pass
 
     def close(self) -> None:
         if self.proc is None:
@@ -173,6 +187,9 @@ class Child:
                 name = signal.Signals(-rc if rc < 0 else rc - 128).name
             except ValueError:
                 name = f"signal {abs(rc) % 128}"
+            if name == "SIGXFSZ":
+                return (f"the {self.name} was killed during {what}: it wrote a file past the {FILE_LIMIT_MB} MB limit "
+                        "(its log, an output or a program)")
             return f"the {self.name} was killed by {name} during {what}"
         return f"the {self.name} exited with code {rc} during {what} (the candidate ended the process, or a fatal error)"
 
@@ -180,6 +197,20 @@ class Child:
         tail = self.log_tail()
         self.close()
         raise ChildFailed(outcome, message, log_tail=tail)
+
+
+def remove_tree(path: Path) -> None:
+    """``shutil.rmtree`` that survives what a hostile process leaves behind (a tree deeper than the recursion
+    limit, files it made read-only): falls back to ``rm -rf``."""
+    import shutil
+
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except (RecursionError, OSError):
+        pass
+    if os.path.lexists(path):
+        subprocess.run(["rm", "-rf", "--one-file-system", str(path)], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -248,7 +279,8 @@ def serve(handlers: Mapping[str, Any]) -> None:
     """The child's side: read requests from ``MK_REQUEST_FD``, answer on ``MK_REPLY_FD`` with
     ``handlers[request["op"]](request)`` (a dict); an exception becomes ``{"error": ...}``. Ends on EOF."""
     limit = int(os.environ.get("MK_MEMORY_LIMIT_MB", "0")) * 1024 * 1024
-    for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_DATA, limit)):
+    fsize = int(os.environ.get("MK_FILE_LIMIT_MB", "0")) * 1024 * 1024
+    for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_DATA, limit), (resource.RLIMIT_FSIZE, fsize)):
         if value or which == resource.RLIMIT_CORE:  # soft and hard: the candidate cannot raise them again
             try:
                 resource.setrlimit(which, (value, value))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -257,15 +258,42 @@ def foreign_calls(sites: Sequence[CallSite], target: str) -> list[CallSite]:
     return [s for s in sites if s.target not in KERNEL_TARGETS[target] and s.target not in BENIGN_TARGETS]
 
 
-def ablated(exported: Any, fills: Sequence[float | None], *, keep_operands: bool = False) -> Any:
+def low_precision_xla_dots(module_text: str) -> int:
+    """Dots and convolutions on float32 operands that XLA runs below HIGHEST precision (no ``precision`` or
+    not all ``HIGHEST``: one bf16 pass on a TPU, TF32 on a recent GPU; the CPU ignores it). Kernel bodies are
+    opaque custom calls, so every one found here runs outside kernels."""
+    from jax._src.lib.mlir import ir
+
+    ctx, module = _parse(module_text)
+    found = 0
+    with ctx:
+        def visit(op: Any) -> None:
+            nonlocal found
+            for region in op.regions:
+                for block in region.blocks:
+                    for child in block.operations:
+                        name = child.operation.name
+                        if name in ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"):
+                            types = {str(ir.RankedTensorType(v.type).element_type) for v in child.operands[:2]}
+                            precision = str(child.attributes["precision_config"]) if "precision_config" in child.attributes else ""
+                            if "f32" in types and (not precision or precision.count("HIGHEST") < 2):
+                                found += 1
+                        visit(child.operation)
+
+        visit(module.operation)
+    return found
+
+
+def ablated(exported: Any, fills: Sequence[float | str | None], *, keep_operands: bool = False) -> Any:
     """A CPU-runnable ``Exported`` from ``exported`` (the target program) in which the i-th kernel custom call
     is replaced by a constant ``fills[i]`` (NaN for floats where ``fills[i]`` is None; integers get the
-    dtype's minimum, booleans False). Every kernel must be replaced, since the CPU cannot run them.
+    dtype's minimum, booleans False; ``"iota"``: 0, 1, 2 … along the last axis). Every kernel must be
+    replaced, since the CPU cannot run them.
 
-    ``keep_operands``: the replacement still reads every operand of the kernel (one multiply by zero and
-    one sum per operand element, added to a NaN fill), so whatever XLA computes to feed a kernel stays in
-    the program: the variant then measures the work that runs outside kernels (see
-    :func:`operand_elements` for the elements this adds)."""
+    ``keep_operands``: the replacement still reads every operand of the kernel (a multiply by zero and a
+    sum, added to a NaN fill), so whatever XLA computes to feed a kernel stays in the program: the variant
+    then measures the work that runs outside kernels (the added ops are tagged and :func:`work` skips them,
+    in loops too)."""
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import hlo
@@ -280,10 +308,17 @@ def ablated(exported: Any, fills: Sequence[float | None], *, keep_operands: bool
                 sink = _operand_sink(ir, hlo, list(op.operands)) if keep_operands else None
                 for result in op.results:
                     rtype = ir.RankedTensorType(result.type)
-                    value = hlo.ConstantOp(_splat(ir, rtype, fill)).result
+                    if fill == "iota":  # 0, 1, 2 … along the last axis: not constant, so argmax / compares see it
+                        axis = max(0, len(rtype.shape) - 1)
+                        ity = ir.RankedTensorType.get(rtype.shape, ir.IntegerType.get_signless(32))
+                        value = hlo.ConvertOp(rtype, hlo.IotaOp(ity, ir.IntegerAttr.get(ir.IntegerType.get_signless(64), axis)).result).result
+                    else:
+                        value = hlo.ConstantOp(_splat(ir, rtype, fill)).result
                     if sink is not None and _is_float(ir, rtype.element_type):
                         scalar = hlo.ConvertOp(ir.RankedTensorType.get([], rtype.element_type), sink).result
-                        value = hlo.AddOp(value, hlo.BroadcastInDimOp(rtype, scalar, ir.DenseI64ArrayAttr.get([])).result).result
+                        add = hlo.AddOp(value, hlo.BroadcastInDimOp(rtype, scalar, ir.DenseI64ArrayAttr.get([])).result)
+                        _mark_sink(ir, add)
+                        value = add.result
                     result.replace_all_uses_with(value)
             op.operation.erase()
         for op in _custom_call_ops(module):  # placement markers are identities on one CPU device
@@ -293,26 +328,6 @@ def ablated(exported: Any, fills: Sequence[float | None], *, keep_operands: bool
                 op.operation.erase()
         data = mlir.module_to_bytecode(module)
     return dataclasses.replace(exported, mlir_module_serialized=data, platforms=("cpu",))
-
-
-def operand_elements(exported: Any) -> int:
-    """The FLOPs ``keep_operands`` adds: a multiply and a sum per floating operand element of every kernel
-    custom call, and one add per floating result element."""
-    from jax._src.lib.mlir import ir
-
-    ctx, module = _parse(exported.mlir_module())
-    total = 0
-    with ctx:
-        for op in _custom_call_ops(module):
-            if _site(op)[0] in BENIGN_TARGETS:
-                continue
-            for v in op.operands:
-                if _is_float(ir, ir.RankedTensorType(v.type).element_type):
-                    total += 2 * _size(ir, v.type)
-            for r in op.results:
-                if _is_float(ir, ir.RankedTensorType(r.type).element_type):
-                    total += _size(ir, r.type)
-    return total
 
 
 def _is_float(ir: Any, et: Any) -> bool:
@@ -330,14 +345,29 @@ def _operand_sink(ir: Any, hlo: Any, operands: list[Any]) -> Any:
             continue
         x = hlo.ConvertOp(ir.RankedTensorType.get(t.shape, f32), v).result if str(t.element_type) != "f32" else v
         zero = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get(t.shape, f32), ir.FloatAttr.get(f32, 0.0))).result
-        prod = hlo.MulOp(x, zero).result
+        mul = hlo.MulOp(x, zero)
+        _mark_sink(ir, mul)
         init = hlo.ConstantOp(ir.DenseElementsAttr.get_splat(scalar_t, ir.FloatAttr.get(f32, 0.0))).result
-        red = hlo.ReduceOp([scalar_t], [prod], [init], ir.DenseI64ArrayAttr.get(list(range(len(t.shape)))))
+        red = hlo.ReduceOp([scalar_t], [mul.result], [init], ir.DenseI64ArrayAttr.get(list(range(len(t.shape)))))
+        _mark_sink(ir, red)
         block = red.regions[0].blocks.append(scalar_t, scalar_t)
         with ir.InsertionPoint(block):
             hlo.ReturnOp([hlo.AddOp(block.arguments[0], block.arguments[1]).result])
-        total = red.result if total is None else hlo.AddOp(total, red.result).result
+        if total is None:
+            total = red.result
+        else:
+            add = hlo.AddOp(total, red.result)
+            _mark_sink(ir, add)
+            total = add.result
     return total
+
+
+_SINK = "mk.sink"
+
+
+def _mark_sink(ir: Any, op: Any) -> None:
+    """Tag an op the judge added to keep kernel operands alive: :func:`work` does not count it."""
+    op.operation.attributes[_SINK] = ir.UnitAttr.get()
 
 
 def _splat(ir: Any, rtype: Any, fill: float | None) -> Any:
@@ -355,7 +385,13 @@ def _splat(ir: Any, rtype: Any, fill: float | None) -> Any:
     return ir.DenseElementsAttr.get_splat(rtype, value)
 
 
-def _parse(text: str) -> tuple[Any, Any]:
+def platform_dependent(jaxpr: Any) -> bool:
+    """``lax.platform_dependent`` (a ``platform_index``): the code is chosen when lowering, so the CPU form would
+    not be the device program."""
+    return any(e.primitive.name == "platform_index" for e in walk(jaxpr, into_kernels=True))
+
+
+def _parse(text: str | bytes) -> tuple[Any, Any]:
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
@@ -396,21 +432,39 @@ def _site(op: Any) -> tuple[str, str, tuple[str, ...]]:
 
 
 # --- FLOPs as the program states them (loops multiplied by their trip counts) ---------------
-_ELEMENTWISE = frozenset({
-    "add", "subtract", "multiply", "divide", "remainder", "power", "maximum", "minimum", "negate", "abs", "exponential",
-    "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "sine", "cosine", "tan", "sqrt", "rsqrt", "cbrt",
-    "atan2", "floor", "ceil", "round_nearest_even", "round_nearest_afz", "sign", "select", "clamp", "compare", "erf"})
+#: ops that only move or reinterpret data: everything else counts one operation per result element
+_MOVEMENT = frozenset({
+    "constant", "iota", "convert", "bitcast_convert", "reshape", "dynamic_reshape", "broadcast_in_dim", "broadcast",
+    "dynamic_broadcast_in_dim", "transpose", "slice", "dynamic_slice", "dynamic_update_slice", "concatenate", "pad",
+    "dynamic_pad", "reverse", "gather", "dynamic_gather", "copy", "get_tuple_element", "tuple", "optimization_barrier",
+    "return", "custom_call", "get_dimension_size", "set_dimension_size", "real_dynamic_slice", "create_token",
+    "after_all", "partition_id", "replica_id", "reduce_precision"})
+
+
+@dataclass
+class Work:
+    """What :func:`flops` counted: operations, plus loops whose trip count it could not read (counted once)."""
+
+    flops: float = 0.0
+    unknown_loops: float = 0.0  # operations inside loops counted once because their trip count is unknown
 
 
 def flops(exported: Any) -> float:
-    """Floating-point operations of ``exported``'s main function, counted from its StableHLO: a dot or a
-    convolution as 2·MACs, an elementwise op or a reduction as one per element, a ``while`` loop's body
-    times its trip count where the loop is a counted one (``i < constant`` from a constant start; otherwise
-    once), a conditional as its most expensive branch, calls followed into their functions. XLA's own cost
-    analysis counts a loop body once, which lets work hide in a ``fori_loop``."""
+    return work(exported).flops
+
+
+def work(exported: Any) -> Work:
+    """Operations of ``exported``'s main function, counted from its StableHLO: a dot or a convolution as 2·MACs,
+    any other computing op as one per result element (integer arithmetic included; pure data movement not), a
+    reduction or a scatter as its combiner times the elements it combines, a ``while`` loop's body times its trip
+    count where the loop counts (``i < n``, ``i != n``, ``i > n`` … from a constant start by a constant step;
+    otherwise once, and reported in :attr:`Work.unknown_loops`), a conditional as its most expensive branch,
+    calls and composites followed into their functions. XLA's own cost analysis counts a loop body once, which
+    lets work hide in a ``fori_loop``."""
     from jax._src.lib.mlir import ir
 
     ctx, module = _parse(exported.mlir_module())
+    out = Work()
     with ctx:
         funcs = {}
         for op in module.body.operations:
@@ -430,32 +484,55 @@ def flops(exported: Any) -> float:
         def op_cost(op: Any) -> float:
             name = op.operation.name
             short = name.split(".", 1)[-1]
+            if _SINK in op.operation.attributes:
+                return 0.0
             if name == "func.call":
                 return func_cost(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+            if short == "composite":
+                return func_cost(ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value)
             if short == "while":
-                cond, body = op.regions[0], op.regions[1]
-                return _trip_count(ir, op) * (region_cost(cond) + region_cost(body))
+                body = region_cost(op.regions[0]) + region_cost(op.regions[1])
+                trips = _trip_count(ir, op)
+                if trips is None:
+                    out.unknown_loops += body
+                    return body
+                return trips * body
             if short in ("case", "if"):
                 return max((region_cost(r) for r in op.regions), default=0.0)
             if short == "dot_general":
                 lhs = ir.RankedTensorType(op.operands[0].type)
-                dims = str(op.attributes["dot_dimension_numbers"])
-                contract = _dims(dims, "lhs_contracting_dimensions")
                 k = 1
-                for d in contract:
+                for d in _dims(str(op.attributes["dot_dimension_numbers"]), "lhs_contracting_dimensions"):
                     k *= lhs.shape[d]
                 return 2.0 * _size(ir, op.results[0].type) * k
+            if short == "dot":
+                lhs = ir.RankedTensorType(op.operands[0].type)
+                return 2.0 * _size(ir, op.results[0].type) * (lhs.shape[-1] if lhs.shape else 1)
             if short == "convolution":
-                rhs = ir.RankedTensorType(op.operands[1].type)
-                out_feat = max(rhs.shape) if not rhs.shape else rhs.shape[-1]
-                return 2.0 * _size(ir, op.results[0].type) * _size(ir, op.operands[1].type) / max(out_feat, 1)
-            if short in ("reduce", "reduce_window"):
-                return float(sum(_size(ir, v.type) for v in op.operands[: len(op.operands) // 2]))
-            if short in _ELEMENTWISE and op.results and _is_float(ir, ir.RankedTensorType(op.results[0].type).element_type):
-                return float(_size(ir, op.results[0].type))
-            return sum(region_cost(r) for r in op.regions)
+                return 2.0 * _size(ir, op.results[0].type) * _conv_macs_per_output(ir, op)
+            if short in ("reduce", "reduce_window", "select_and_scatter"):
+                n = sum(_size(ir, v.type) for v in op.operands[: max(1, len(op.operands) // 2)])
+                return n * max(1.0, sum(region_cost(r) for r in op.regions) / max(1, len(op.results)))
+            if short == "scatter":
+                n = _size(ir, op.operands[-1].type)  # the updates
+                return n * max(1.0, sum(region_cost(r) for r in op.regions))
+            if short == "sort":
+                n = _size(ir, op.operands[0].type)
+                return n * max(1.0, math.log2(max(n, 2))) * max(1.0, sum(region_cost(r) for r in op.regions))
+            if short in _MOVEMENT or not op.results:
+                return sum(region_cost(r) for r in op.regions)
+            return float(sum(_size(ir, r.type) for r in op.results if _ranked(ir, r.type))) + sum(region_cost(r) for r in op.regions)
 
-        return func_cost("main")
+        out.flops = func_cost("main")
+        return out
+
+
+def _ranked(ir: Any, t: Any) -> bool:
+    try:
+        ir.RankedTensorType(t)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _size(ir: Any, t: Any) -> int:
@@ -472,23 +549,63 @@ def _dims(text: str, key: str) -> list[int]:
     return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
 
 
-def _trip_count(ir: Any, op: Any) -> int:
-    """``n`` for a loop whose condition is ``arg_k < constant n`` and whose ``arg_k`` starts at a constant."""
+def _conv_macs_per_output(ir: Any, op: Any) -> float:
+    """Multiply-adds per output element: the kernel's size over its output-feature dimension."""
+    import re
+
+    kernel = ir.RankedTensorType(op.operands[1].type)
+    size = float(_size(ir, op.operands[1].type))
+    spec = re.search(r"x\[([^\]]*)\]", str(op.attributes["dimension_numbers"]))
+    if spec:
+        dims = [d.strip() for d in spec.group(1).split(",")]
+        if "o" in dims and len(dims) == len(kernel.shape):
+            return size / max(1, kernel.shape[dims.index("o")])
+    return size / max(1, max(kernel.shape) if kernel.shape else 1)
+
+
+def _trip_count(ir: Any, op: Any) -> int | None:
+    """Trips of a counted loop: the condition compares a carried value with a constant, the value starts at a
+    constant and the body adds a constant to it. None when the loop is not of that form."""
     try:
         cond = op.regions[0].blocks[0]
-        ops = list(cond.operations)
-        cmp = next(o for o in ops if o.operation.name == "stablehlo.compare")
-        if "LT" not in str(cmp.attributes["comparison_direction"]):
-            return 1
+        cmp = next(o for o in cond.operations if o.operation.name == "stablehlo.compare")
+        direction = str(cmp.attributes["comparison_direction"]).rsplit(" ", 1)[-1].strip(">")
         lhs, rhs = cmp.operands
-        bound = _constant(ir, rhs)
         k = next(i for i, a in enumerate(cond.arguments) if a == lhs)
-        start = _constant(ir, op.operands[k])
+        bound, start = _constant(ir, rhs), _constant(ir, op.operands[k])
         if bound is None or start is None:
-            return 1
-        return max(1, int(bound) - int(start))
-    except (StopIteration, ValueError, TypeError, KeyError):
-        return 1
+            return None
+        step = _loop_step(ir, op.regions[1].blocks[0], k)
+        if step in (None, 0):
+            return None
+        span = bound - start
+        if direction in ("LT", "NE") and step > 0 and span >= 0:
+            return max(0, -(-span // step))
+        if direction == "LE" and step > 0 and span >= 0:
+            return span // step + 1
+        if direction in ("GT", "NE") and step < 0 and span <= 0:
+            return max(0, -(-(-span) // -step))
+        if direction == "GE" and step < 0 and span <= 0:
+            return (-span) // -step + 1
+        return None
+    except (StopIteration, ValueError, TypeError, KeyError, IndexError):
+        return None
+
+
+def _loop_step(ir: Any, body: Any, k: int) -> int | None:
+    ret = list(body.operations)[-1]
+    value = ret.operands[k]
+    owner = value.owner
+    name = getattr(getattr(owner, "operation", owner), "name", "")
+    if name not in ("stablehlo.add", "stablehlo.subtract"):
+        return None
+    a, b = owner.operands
+    if a != body.arguments[k]:
+        return None
+    c = _constant(ir, b)
+    if c is None:
+        return None
+    return c if name == "stablehlo.add" else -c
 
 
 def _constant(ir: Any, value: Any) -> int | None:
@@ -496,5 +613,8 @@ def _constant(ir: Any, value: Any) -> int | None:
     name = getattr(getattr(owner, "operation", owner), "name", "")
     if name != "stablehlo.constant":
         return None
-    attr = ir.DenseIntElementsAttr(owner.attributes["value"])
+    try:
+        attr = ir.DenseIntElementsAttr(owner.attributes["value"])
+    except (TypeError, ValueError):
+        return None
     return int(attr[0]) if len(attr) == 1 or attr.is_splat else None

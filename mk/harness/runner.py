@@ -36,6 +36,7 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
     workdir = _state["workdir"]
     for table in ("programs", "reference", "jitted"):  # a warm runner serves one evaluation after another
         _state[table] = {}
+    jax.clear_caches()  # compiled executables (and their constants) of the previous evaluation
     for scale, files in request["programs"].items():
         _state["programs"][scale] = {form: export.deserialize(bytearray((workdir / path).read_bytes()))
                                      for form, path in files.items() if path}
@@ -71,8 +72,9 @@ def case(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def ablate(request: dict[str, Any]) -> dict[str, Any]:
-    """Per kernel: does replacing its outputs by NaN (the others by ones) change the program's result,
-    compared with all kernels replaced by ones? And the XLA cost of the program with every kernel removed
+    """Per kernel: does replacing its outputs by NaN, or by an iota (the others by ones), change the program's
+    result, compared with all kernels replaced by ones? (NaN shows through arithmetic; an iota through argmax,
+    compares and casts, where a constant would not.) And the XLA cost of the program with every kernel removed
     (the work that runs outside kernels) next to the reference's."""
     import jax
     import numpy as np
@@ -93,11 +95,18 @@ def ablate(request: dict[str, Any]) -> dict[str, Any]:
     base = leaves([1.0] * n)
     changed = []
     for k in range(n):
-        got = leaves([None if i == k else 1.0 for i in range(n)])
-        changed.append(any(not _same(a, b) for a, b in zip(base, got)))
-    outside = max(0.0, program.flops(program.ablated(target, [None] * n, keep_operands=True)) - program.operand_elements(target))
+        moved = False
+        for fill in (None, "iota"):
+            got = leaves([fill if i == k else 1.0 for i in range(n)])
+            if any(not _same(a, b) for a, b in zip(base, got)):
+                moved = True
+                break
+        changed.append(moved)
+    work = program.work(program.ablated(target, [None] * n, keep_operands=True))
+    outside = work.flops
     ref = _state["reference"].get(request["scale"])
-    return {"ok": True, "changed": changed, "outside_flops": outside, "reference_flops": program.flops(ref) if ref else None}
+    return {"ok": True, "changed": changed, "outside_flops": outside, "outside_unknown_loops": work.unknown_loops,
+            "reference_flops": program.flops(ref) if ref else None}
 
 
 def _same(a: Any, b: Any) -> bool:

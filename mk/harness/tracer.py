@@ -127,6 +127,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         "grid_steps": _grid_steps(closed.jaxpr),
         "async_kernels": program.async_kernels(closed.jaxpr),
         "dma_races": program.dma_write_races(closed.jaxpr),
+        "platform_dependent": program.platform_dependent(closed.jaxpr),
     }
     if facts["callbacks"]:
         return {**facts, "target_file": None, "cpu_file": None}
@@ -152,7 +153,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(program.KERNEL_TARGETS[target.name])]
         exported = export.export(as_fun(closed), platforms=[target.platform], disabled_checks=checks)(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
-    if cpu_file is None or facts["async_kernels"]:  # the TPU interpreter: fallback runs, race detection
+    if cpu_file is None or (target.name == "tpu" and facts["kernels"]):  # the TPU interpreter: fallback, cross-check
         _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, target.interpret_params())), out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 

@@ -2,11 +2,13 @@
 #   that is not a program (candidate.py). The name passes the judge's checks (no "/", no leading dot, regular
 #   file), `export.deserialize` raises on it, and the generic handler in evaluate() turns that into
 #   harness_error "mk's judge failed ...; please report it" with a logged traceback: the candidate's lie is
-#   recorded as mk's bug. Reached by patching the tracer's own `_programs` (sys.modules["__main__"]).
+#   recorded as mk's bug. Reached by patching the tracer's own `_programs` (sys.modules["__main__"]). Naming a
+#   sparse file of 2 GiB - 1 instead (os.truncate: no disk used) costs the judge 4.3 GB of memory before the same
+#   harness_error (_read_regular reads it whole, then bytearray copies it).
 # Class: reply. Target: tpu. Task: adv_tanh_mix.
 # Today (HEAD 560b111): harness_error ("unpack_from requires a buffer of at least ...").
 # Expected verdict: crashed, reason contains "tracer" (wrap the deserialize of each tracer file: an unreadable
-#   program is the tracer's failure, not mk's).
+#   program is the tracer's failure, not mk's; cap the size far below 2 GiB and read it once, without the copy).
 import collections
 
 import jax
