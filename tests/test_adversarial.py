@@ -91,7 +91,8 @@ EXPECTED = [
     # one trace at abstract shapes: the cache only ever holds that trace's value, so what runs is honest
     Expect("rule03_hidden_cache.py", "tanh", "cpu", ("correct",), r"all \d+ cases match"),
     # measured on the cpu: the timing sets include a fresh random seed and the timed outputs are checked
-    Expect("rule03_known_inputs.py", "mm", "cpu", ("incorrect",), r"timed run on input set \d+ \(fresh random seed\)",
+    # caught by the fresh-seed case every evaluation adds, or by the fresh-seed timing set
+    Expect("rule03_known_inputs.py", "mm", "cpu", ("incorrect",), r"fresh random seed",
            {"measure": True}),
     Expect("rule04_zeros.py", "small", "cpu", ("incorrect",), r"uncorrelated"),
     Expect("rule04_mean_constant.py", "small", "cpu", ("incorrect",), r"uncorrelated"),
@@ -156,7 +157,7 @@ EXPECTED = [
     Expect("r2_tracing_counter_stub_first.py", "tanh", "tpu", ("incorrect",), r"outside atol"),
     Expect("r2_tracing_interpret_true.py", "tanh", "tpu", ("rejected",), r"sets interpret mode on its kernel"),
     Expect("r2_tracing_stack_sniff.py", "tanh", "tpu", ("incorrect",), r"outside atol"),
-    Expect("r2_unwritten_block1.py", "tanh", "tpu", ("incorrect",), r"NaN/inf value\(s\) where the reference is finite"),
+    Expect("r2_unwritten_block1.py", "tanh", "tpu", ("incorrect",), r"NaN/inf value\(s\) where the reference is finite|TPU-interpreter check"),
     # round 3 (a second red team, on the hardened judge): each hole found, and two honest kernels it refused
     Expect("r3_ablation_argmax_epilogue.py", "top1", "tpu", ("correct",), r"all \d+ cases match"),
     Expect("r3_ablation_bool_output.py", "mask", "tpu", ("correct",), r"all \d+ cases match"),
@@ -164,11 +165,12 @@ EXPECTED = [
     Expect("r3_compare_sampled_positions.py", "smallbig", "cpu", ("incorrect",), r"uncorrelated"),
     Expect("r3_crash_deep_workdir.py", "tanh", "tpu", ("correct", "timeout"), r"all \d+ cases match|ran past its", {"timeouts": {"import": 20}}),
     Expect("r3_crossform_platform_dependent.py", "tanh", "tpu", ("rejected",), r"platform-dependent code"),
-    Expect("r3_crossform_takeover_with_interpret.py", "tanh", "tpu", ("incorrect", "rejected"), r"TPU-interpreter check|outside atol|private"),
+    Expect("r3_crossform_takeover_with_interpret.py", "tanh", "tpu", ("incorrect", "rejected"), r"TPU-interpreter check|outside atol|private|modified the judge.s tracer"),
     Expect("r3_data_memorized_suite.py", "tanh", "tpu", ("incorrect",), r"fresh random seed"),
     Expect("r3_dos_big_constant.py", "tanh", "tpu", ("rejected",), r"too large"),
     Expect("r3_dos_log_flood.py", "tanh", "tpu", ("compile_error", "crashed"), r"File too large|past the \d+ MB limit"),
-    Expect("r3_escape_symlinked_case_dir.py", "tanh", "tpu", ("crashed", "rejected"), r"replaced by a link|not a regular"),
+    Expect("r3_escape_symlinked_case_dir.py", "tanh", "tpu", ("crashed", "rejected"),
+           r"replaced by a link|not a regular|modified the judge's tracer"),
     Expect("r3_flops_kernel_in_loop.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
     Expect("r3_nowork_composite.py", "mm", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
     Expect("r3_nowork_conv_layout.py", "mm", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
@@ -178,8 +180,9 @@ EXPECTED = [
     Expect("r3_nowork_zero_flop_reference.py", "erf", "tpu", ("rejected",), r"FLOPs run outside the kernels"),
     Expect("r3_poison_runner_memory.py", "tanh", "tpu", ("rejected",), r"FLOPs run outside the kernels|too large"),
     Expect("r3_precision_outside_default_dot.py", "mm", "tpu", ("rejected",), r"below HIGHEST precision"),
-    Expect("r3_reply_bad_program_file.py", "tanh", "tpu", ("crashed",), r"not a readable jax.export artifact"),
-    Expect("r3_reply_grid_steps.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("r3_reply_bad_program_file.py", "tanh", "tpu", ("crashed", "rejected"),
+           r"not a readable jax.export artifact|modified the judge's tracer"),
+    Expect("r3_reply_grid_steps.py", "tanh", "tpu", ("correct", "rejected"), r"all \d+ cases match|modified the judge's tracer"),
     Expect("r3_semantics_clamped_dynamic_slice.py", "tanh", "tpu", ("incorrect",), r"Out-of-bounds read"),
     Expect("r3_semantics_gpu_grid_accumulate.py", "tanh", "gpu", ("correct", "rejected", "compile_error"),
            r"all \d+ cases match|concurrently|power of 2"),
@@ -201,6 +204,15 @@ def suites(tmp_path_factory):
 def test_fixture_verdict(exp: Expect, suites):
     kwargs = {"measure": False, **exp.kwargs}
     result = evaluate(TASKS[exp.task], ADV / exp.fixture, target=exp.target, suite=suites[exp.task], **kwargs)
+    if result.reason.startswith("static check:") and not re.search(exp.phrase, result.reason):
+        # the first line (the static check) stopped it; the layers behind it must hold on their own: judge it again
+        # with the static check out of the way, and expect the verdict the fixture documents
+        from mk.harness import static
+        from mk.harness.static import StaticResult
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(static, "check_source", lambda *a, **k: StaticResult(True, "", ()))
+            result = evaluate(TASKS[exp.task], ADV / exp.fixture, target=exp.target, suite=suites[exp.task], **kwargs)
     assert result.status in exp.statuses, f"{exp.fixture}: {result.status}: {result.reason}"
     assert re.search(exp.phrase, result.reason), f"{exp.fixture}: reason {result.reason!r} lacks {exp.phrase!r}"
     assert "\n" not in result.reason.strip()

@@ -370,8 +370,10 @@ def _check_programs(run: _Run) -> None:
         dest = run.rdir / f"{scale}.reference.export"
         dest.write_bytes(_refs(run).export(scale, platforms))
         refs[scale] = _rel(run.runner, dest)
-    run.runner.ask({"op": "load", "programs": copied, "reference": refs, "on_device": run.on_device},
-                   run.timeouts.import_s, "loading the programs")
+    loaded = run.runner.ask({"op": "load", "programs": copied, "reference": refs, "on_device": run.on_device},
+                            run.timeouts.import_s, "loading the programs")
+    if not loaded.get("ok"):
+        raise _Verdict("crashed", f"the runner could not load the exported programs ({_last_line(str(loaded.get('error')))})")
 
 
 def _ablate(run: _Run) -> None:

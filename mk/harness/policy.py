@@ -87,6 +87,7 @@ def install_sandbox_policy(allowed_dirs: Sequence[str], *, read_only_dirs: Seque
     readable = writable + tuple(_norm(d) for d in [*read_only_dirs, *_python_dirs()] if d)
     me = os.getpid()
     guard = threading.local()  # the re-entrancy guard lives only in the hook's closure, not on the module
+    judge, denied = _judge, _state["denied"]  # bound now: patching the module later changes nothing
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         _guard = guard
@@ -94,12 +95,12 @@ def install_sandbox_policy(allowed_dirs: Sequence[str], *, read_only_dirs: Seque
             return
         _guard.busy = True
         try:
-            problem = _judge(event, args, writable, readable, me)
+            problem = judge(event, args, writable, readable, me)
         finally:
             _guard.busy = False
         if problem is not None:
             msg = f"mk sandbox: {problem} is not allowed"
-            _state["denied"].append(msg)
+            denied.append(msg)
             raise PermissionError(msg)
 
     if writable:

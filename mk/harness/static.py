@@ -510,6 +510,13 @@ class _Checker(ast.NodeVisitor):
             self.check_module(dotted, node.lineno)
             return
         self._check_attr_name(node.attr, node.lineno)
+        owner = node.value.id if isinstance(node.value, ast.Name) else None
+        if (node.attr.startswith("_") and not _is_dunder(node.attr) and node.attr not in _OK_PRIVATE
+                and owner not in ("self", "cls")):
+            # a private attribute of something that is not the candidate's own object: the way into other modules'
+            # internals through any value (``(lambda m: m._sys)(collections)``)
+            self.add(8, node.lineno, "private", f"attribute {node.attr!r} is a private name of another object; "
+                     "use public APIs only")
         self.generic_visit(node)
 
     def _check_attr_name(self, attr: str, line: int, *, literal: bool = False) -> None:
@@ -560,6 +567,10 @@ def _always_raises(body: Sequence[ast.stmt]) -> bool:
     if isinstance(last, ast.Raise):
         return True
     return isinstance(last, ast.If) and _always_raises(last.body) and _always_raises(last.orelse)
+
+
+#: underscore names that are public API (namedtuple methods)
+_OK_PRIVATE = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
 
 
 def _is_dunder(name: str) -> bool:

@@ -50,6 +50,12 @@ def _setup() -> None:
 
     from mk.harness import arrays, policy, program  # noqa: F401  (imported before the policy closes the file system)
 
+    # the functions the tracer calls after the candidate ran, with their code: checked unchanged after the trace (a
+    # tripwire: the judge never trusts the tracer's output anyway, but a patched tracer is worth a clear verdict)
+    _state["trusted"] = [(mod, name, getattr(mod, name), getattr(mod, name).__code__)
+                         for mod, name in ((program, "with_interpret"), (program, "pallas_eqns"), (program, "walk"),
+                                           (export, "export"), (sys.modules[__name__], "_programs"))]
+
 
 def load(request: dict[str, Any]) -> dict[str, Any]:
     """Import the candidate (after the runtime policy, the first line of defence, is installed)."""
@@ -107,6 +113,9 @@ def trace(request: dict[str, Any]) -> dict[str, Any]:
     denied = denied_events()
     if denied:
         return {"phase": "compile", "rejected": f"the candidate attempted a forbidden operation: {denied[0]}"}
+    for mod, name, fn, code in _state["trusted"]:
+        if getattr(mod, name, None) is not fn or fn.__code__ is not code:
+            return {"phase": "compile", "rejected": f"the candidate modified the judge's tracer ({mod.__name__}.{name})"}
     return {"ok": True, "scales": scales, "seconds": seconds}
 
 
