@@ -304,6 +304,9 @@ def _check_programs(run: _Run) -> None:
         if facts.get("platform_dependent"):
             raise _Verdict("rejected", f"platform-dependent code (lax.platform_dependent) at scale {scale}: the program "
                                        "checked on this machine would not be the one the device runs")
+        if facts.get("shared_output_blocks"):
+            raise _Verdict("rejected", f"{facts['shared_output_blocks'][0]} at scale {scale}: Triton runs grid points "
+                                       "concurrently, so they race on it; reduce inside one program instead")
         if facts.get("candidate_interpret") and run.target.name != "cpu":
             raise _Verdict("rejected", f"the candidate sets interpret mode on its kernel ({facts['candidate_interpret'][0]}): on a "
                                        f"{run.target.name} it would never run as a kernel; leave interpret to the judge")

@@ -385,6 +385,38 @@ def _splat(ir: Any, rtype: Any, fill: float | None) -> Any:
     return ir.DenseElementsAttr.get_splat(rtype, value)
 
 
+def shared_output_blocks(jaxpr: Any) -> list[str]:
+    """Triton kernels whose output block is the same for several grid points (an output index map that ignores a
+    grid axis of size > 1): on a GPU those programs run at once, so accumulating into the block races; the
+    interpreter runs the grid in order and hides it. (On a TPU the same pattern is the sequential accumulator.)"""
+    found = []
+    for eqn in pallas_eqns(jaxpr):
+        params = eqn.params.get("compiler_params")
+        if params is not None and "triton" not in type(params).__module__.lower() and "Triton" not in type(params).__name__:
+            continue  # Mosaic GPU and others: not Triton's one-program-per-grid-point model
+        gm = eqn.params.get("grid_mapping")
+        grid = tuple(getattr(gm, "grid", ()) or ())
+        for bm in getattr(gm, "block_mappings_output", ()) or ():
+            index_map = getattr(bm, "index_map_jaxpr", None)
+            if index_map is None:
+                continue
+            used = _used_inputs(index_map.jaxpr)
+            ignored = [a for a, n in enumerate(grid) if isinstance(n, int) and n > 1 and a < len(used) and not used[a]]
+            if ignored:
+                found.append(f"{kernel_label(eqn)}: an output block is written by every step of grid axis {ignored[0]}")
+    return found
+
+
+def _used_inputs(jaxpr: Any) -> list[bool]:
+    from jax.extend import core as jcore
+
+    live = {v for v in jaxpr.outvars if isinstance(v, jcore.Var)}
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in live for v in eqn.outvars):
+            live.update(v for v in eqn.invars if isinstance(v, jcore.Var))
+    return [v in live for v in jaxpr.invars]
+
+
 def platform_dependent(jaxpr: Any) -> bool:
     """``lax.platform_dependent`` (a ``platform_index``): the code is chosen when lowering, so the CPU form would
     not be the device program."""

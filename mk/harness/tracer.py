@@ -137,6 +137,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         "async_kernels": program.async_kernels(closed.jaxpr),
         "dma_races": program.dma_write_races(closed.jaxpr),
         "platform_dependent": program.platform_dependent(closed.jaxpr),
+        "shared_output_blocks": program.shared_output_blocks(closed.jaxpr) if target.name == "gpu" else [],
     }
     if facts["callbacks"]:
         return {**facts, "target_file": None, "cpu_file": None}
