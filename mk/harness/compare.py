@@ -114,8 +114,8 @@ def low_precision(dtype: np.dtype) -> bool:
 def compare_fair(reference: Sequence[np.ndarray], reference_f32: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
                  tolerance: Tolerance) -> Comparison:
     """The rule for low-precision references: an output the tolerance refuses still passes when its largest error
-    against the reference computed in float32 is no worse than the low-precision reference's own (and it has no
-    NaN/inf the reference lacks and correlates with it). A candidate more accurate than a bf16 reference is not
+    against the reference computed in float32 is no worse than the low-precision reference's own (within the task's
+    tolerance: ``own * (1 + rtol) + atol``), it has no NaN/inf the reference lacks and it correlates with it. A candidate more accurate than a bf16 reference is not
     failed for disagreeing with the reference's rounding."""
     first = compare_outputs(reference, candidate, tolerance)
     if first.ok or len(candidate) != len(reference) or len(reference_f32) != len(reference):
@@ -135,7 +135,7 @@ def compare_fair(reference: Sequence[np.ndarray], reference_f32: Sequence[np.nda
             return first
         own = float(np.max(np.abs(r64[finite] - t64[finite]), initial=0.0))
         mine = float(np.max(np.abs(c64[finite] - t64[finite]), initial=0.0))
-        if mine > own or _uncorrelated_stats(_stats(t64[finite], c64[finite]), r.dtype):
+        if mine > own * (1.0 + rtol) + atol or _uncorrelated_stats(_stats(t64[finite], c64[finite]), r.dtype):
             return Comparison(False, got.max_abs, got.max_rel, f"{first.reason}; against the float32 reference its error "
                               f"{mine:.3g} exceeds the {r.dtype.name} reference's own {own:.3g}")
         max_abs, max_rel = max(max_abs, got.max_abs), max(max_rel, got.max_rel or 0.0)
