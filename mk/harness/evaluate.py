@@ -149,8 +149,10 @@ def evaluate(
         if timed not in suite.scales:
             raise TaskError(f"scale {timed!r} is not in the suite (it has {', '.join(suite.scales)})", hint="build the suite with that scale")
     except BaseException:
-        if children is not None:
-            _release(*children)
+        if children is not None:  # the tracer never serves another candidate; the warm runner stays
+            from mk.harness import pool
+
+            pool.discard(children[2])
         raise
     base = dict(task=task.name, target=tgt.name, scales=list(suite.scales), suite_hash=suite.hash, candidate_digest=cand.digest,
                 envelope=_envelope(task, suite))
@@ -222,12 +224,6 @@ def prestart(target: str, memory_limit_mb: int | None = None) -> None:
     env = {} if device and glob.glob(device) else {"JAX_PLATFORMS": "cpu"}
     pool.prepare_spare({**env, "MK_TARGET": tgt.name}, memory_mb, isolation.detect())
     pool.runner(env, memory_mb)
-
-
-def _release(env: dict[str, str], iso: Any, tracer: Child, runner: Child) -> None:
-    from mk.harness import pool
-
-    pool.discard(tracer)
 
 
 def _start(run: _Run) -> None:

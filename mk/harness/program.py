@@ -226,11 +226,6 @@ def jax_leaves(tree: Any) -> list[Any]:
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None)
 
 
-def output_bytes(closed: Any) -> int:
-    return sum(int(getattr(v.aval, "size", 0)) * getattr(getattr(v.aval, "dtype", None), "itemsize", 0)
-               for v in closed.jaxpr.outvars)
-
-
 # --- the judge side: exported modules as MLIR ---------------------------------------
 @dataclass(frozen=True)
 class CallSite:
