@@ -22,7 +22,7 @@ _LAZY = {
     "get_target": "mk.targets",
     "evaluate": "mk.harness",
     "MkError": "mk.errors",
-    "optimize": "mk.job",
+    "optimize": "mk.api",
     "optimize_task": "mk.job",
     "Auto": "mk.programs.auto",
     "OfflineAuthor": "mk.author",

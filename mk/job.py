@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -38,6 +37,8 @@ class OptimizeReport:
     best: dict[str, Any] | None
     iterations: list[dict[str, Any]]
     declined: dict[str, str]
+    #: what the kept kernel was verified on (:class:`mk.harness.envelope.Envelope` as a dict)
+    envelope: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -103,7 +104,11 @@ def optimize_task(
             if unusable is None:
                 raise
             raise unusable from None
-    run_id, suite_hash, best, stop, rows = outcome
+    from mk.harness.envelope import Envelope
+
+    run_id, (judged, suite), best, stop, rows = outcome
+    suite_hash = suite.hash
+    envelope = Envelope.of(judged, suite)
     declined = getattr(author, "declined", {})
     if not rows and declined:
         stop = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
@@ -122,11 +127,12 @@ def optimize_task(
         best={"proposal": best.proposal, "config": best.config, "rationale": best.rationale} if best else None,
         iterations=rows,
         declined=declined,
+        envelope=envelope.to_dict() if best else None,
     )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         if best is not None and kernel_path is not None:
-            kernel_path.write_text(with_provenance(best, task, suite_hash, tgt))
+            kernel_path.write_text(with_provenance(best, task, suite_hash, tgt, envelope))
         Path(report.report_path).write_text(json.dumps(report.to_dict(), indent=2, default=str))
     except OSError as exc:
         raise ConfigError(f"cannot write the results to {out_dir}: {exc}",
@@ -185,7 +191,7 @@ def _run_auto(task, author, store, target, iterations, tune, max_trials, meter, 
     best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale) if b else None
     rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
              "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]
-    return traj.run_id, traj.suite_hash, best, traj.stop_reason, rows
+    return traj.run_id, (run_task, traj.suite), best, traj.stop_reason, rows
 
 
 def _run_search(task, author, lm, store, target, iterations, tune, max_trials, options, on_event):
@@ -204,30 +210,48 @@ def _run_search(task, author, lm, store, target, iterations, tune, max_trials, o
     n = result.best
     best = Best(n.code, n.status, n.speedup, n.plan or n.key, {}, n.plan) if n else None
     rows = [{"node": x.key, "depth": x.depth, "status": x.status, "reason": x.reason, "speedup": x.speedup} for x in result.nodes]
-    return result.run_id, suite.hash, best, result.stop_reason, rows
+    return result.run_id, (task, suite), best, result.stop_reason, rows
 
 
-def with_provenance(best: Best, task: Task, suite_hash: str, target: Any) -> str:
-    """The kernel's source with mk's provenance header (and its tuned config as the default)."""
-    speed = f"{best.speedup:.3f}x over the reference" if best.speedup is not None else (
-        "not measured (no " + target.name.upper() + " device here; correctness ran in " + target.mode() + " mode)")
-    device = target.device_kind() or f"none of kind {target.name} (checked on the CPU)"
+def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelope: Any = None) -> str:
+    """The kernel's source with mk's provenance header: what was measured and what was not, the verified envelope
+    in words (and, with ``envelope``, a guard that refuses to trace outside it), the tuned config as the default."""
+    measured = target.device_present()
+    device = target.device_kind() or f"none of kind {target.name} (checked on this CPU)"
+    speed = f"{best.speedup:.3f}x over the reference, measured on {device}" if best.speedup is not None else (
+        f"not measured (no {target.name.upper()} device here; correctness ran in {target.mode()} mode)")
+    scales = list(task.scales)
+    again = f"mk eval {task.locator.get('id') or task.source or task.name} THIS_FILE --target {target.name}"
+    if len(scales) == 1:
+        again += f" --scale {scales[0]}"
     header = [
         f"# mk {__version__} kernel for task {task.name!r}" + (f" ({task.source})" if task.source else ""),
         f"# target: {target.name}; device: {device}",
-        f"# verdict: {best.status}; frozen suite: {suite_hash}",
+        f"# verdict: {best.status} on frozen suite {suite_hash}",
+        f"#   reproduce: {again}" + (" (a pure-JAX rewrite: add --pure-jax)" if target.name != "cpu" and "pallas_call" not in best.source else ""),
         f"# speedup: {speed}",
-        f"# author: {best.proposal}; tuned config: {json.dumps(best.config)}",
+        f"# author: {best.proposal}",
     ]
-    if target.name != "cpu" and "pallas_call" not in best.source:
-        header.append(f"# a pure-JAX rewrite (no Pallas kernel): judge it with `mk eval TASK THIS_FILE --target {target.name} --pure-jax`")
+    if best.config:
+        tuned = "tuned by timing on " + device if measured else (
+            f"not tuned: chosen without a {target.name.upper()} device, so it is the kernel's default, not a measured best")
+        header.append(f"# config: {json.dumps(best.config)} ({tuned})")
+    if envelope is not None:
+        synthesized = [c for c in envelope.points if c not in task.scales and c not in envelope.heldout]
+        if synthesized:
+            header[3] += (f" rebuilds the task's own suite; this run's suite also had synthesized cases at "
+                          f"{', '.join(synthesized)} (its cases are kept in the store)")
+        header.append("# envelope (outside it the kernel raises a ValueError when traced):")
+        header += [f"#   {line}" for line in envelope.lines()]
+    else:
+        header.append("# envelope: not recorded for this run; judge the kernel on your shapes with mk eval before use")
     header.append("")
     footer = []
     if best.config:
         footer = [
             "",
             "",
-            "# --- tuned by mk: the winning CONFIG_SPACE point becomes the default ---",
+            "# --- mk: the chosen CONFIG_SPACE point becomes the default ---",
             f"TUNED_CONFIG = {best.config!r}",
             "_untuned_kernel = kernel",
             "",
@@ -236,109 +260,5 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any) -> str
             "    return _untuned_kernel(*args, **{**TUNED_CONFIG, **kwargs})",
             "",
         ]
-    return "\n".join(header) + best.source.rstrip("\n") + "\n" + "\n".join(footer)
-
-
-class OptimizedFunction:
-    """Callable returned by :func:`optimize`: the best kernel where verified, else the reference (with a warning).
-
-    The kernel runs only on inputs of a verified shape and dtype, and only where its target's device is present
-    (``cpu`` kernels anywhere); :meth:`run_kernel` runs it regardless (TPU/GPU kernels interpreted on a CPU)."""
-
-    def __init__(self, fn: Callable[..., Any], task: Task, report: OptimizeReport, source: str | None, *, cached: bool = False):
-        self.reference = fn
-        self.task = task
-        self.report = report
-        self.source = source
-        self.cached = cached
-        self._kernel = None
-        if source:
-            namespace: dict[str, Any] = {}
-            exec(compile(source, report.kernel_path or f"<mk kernel {task.name}>", "exec"), namespace)  # noqa: S102 - judged
-            self._kernel = namespace["kernel"]
-        self._verified = {
-            tuple((tuple(shape), a.dtype) for shape, a in zip(task.shapes(n), task.args)) for n in task.scales
-        }
-
-    def __call__(self, *args: Any) -> Any:
-        from mk.targets import get_target
-
-        signature = tuple((tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", ""))) for a in args)
-        target = get_target(self.report.target)
-        if self._kernel is None:
-            why = "no verified kernel"
-        elif signature not in self._verified:
-            why = f"no verified kernel for inputs {signature}"
-        elif target.name != "cpu" and not target.device_present():
-            why = f"the kernel was verified for {target.name}, and this machine has no {target.name.upper()}"
-        else:
-            return self._kernel(*args)
-        warnings.warn(f"mk: {why}; running the reference", stacklevel=2)
-        return self.reference(*args)
-
-    def run_kernel(self, *args: Any) -> Any:
-        """Run the kernel here whatever the device (TPU/GPU kernels in Pallas interpret mode on a CPU)."""
-        from mk.targets import get_target
-
-        if self._kernel is None:
-            raise ConfigError("there is no verified kernel to run", hint=self.report.stop_reason)
-        with get_target(self.report.target).execution():
-            return self._kernel(*args)
-
-    def save(self, path: str | Path) -> Path:
-        if not self.source:
-            raise ConfigError("there is no verified kernel to save", hint=self.report.stop_reason)
-        p = Path(path)
-        p.write_text(self.source)
-        return p
-
-
-def cache_key(fn: Callable[..., Any], task: Task, target: str) -> str:
-    """(function source, shapes and dtypes of every scale, statics, target, device kind, mk version) as a hash."""
-    import hashlib
-    import inspect
-
-    from mk.targets import get_target
-
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        source = repr((code.co_code, code.co_consts)) if code is not None else repr(fn)
-    spec = task.describe()
-    blob = json.dumps({"source": source, "inputs": spec["inputs"], "scales": spec["scales"], "static": spec["static"],
-                       "target": target, "device": get_target(target).device_kind() or "none", "mk": __version__},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def optimize(fn: Callable[..., Any], shapes: Any, *, cache: bool = True, **kwargs: Any) -> OptimizedFunction:
-    """Optimise ``fn`` for ``shapes`` and return a callable running the best kernel.
-
-    Results are cached in the store by :func:`cache_key`, so a second call with the same function, shapes, device
-    and mk version returns at once (``cache=False`` recomputes)."""
-    from datetime import datetime, timezone
-
-    from mk.loaders import task_from_callable
-    from mk.store import Store
-    from mk.targets import get_target
-
-    task_kw = {k: kwargs.pop(k) for k in ("static", "atol", "rtol", "name", "scales") if k in kwargs}
-    task = task_from_callable(fn, shapes, **task_kw)
-    target = kwargs.get("target", "tpu")
-    key = cache_key(fn, task, target)
-    if cache:
-        with Store.open(kwargs.get("db")) as store:
-            rows = store.query("select kernel_source, report from optimize_cache where key = ?", [key])
-        if rows:
-            report = OptimizeReport(**rows[0]["report"])
-            log.info("mk.optimize: cached result of run %s", report.run_id)
-            return OptimizedFunction(fn, task, report, rows[0]["kernel_source"], cached=True)
-    report = optimize_task(task, **kwargs)
-    source = Path(report.kernel_path).read_text() if report.kernel_path else None
-    with Store.open(kwargs.get("db")) as store:
-        store.execute("delete from optimize_cache where key = ?", [key])
-        store.execute("insert into optimize_cache values (?, ?, ?, ?, ?, ?, ?, ?)",
-                      [key, task.name, target, get_target(target).device_kind() or "none", report.run_id, source,
-                       json.dumps(report.to_dict(), default=str), datetime.now(timezone.utc).replace(tzinfo=None)])
-    return OptimizedFunction(fn, task, report, source)
+    guard = envelope.guard_source("kernel") if envelope is not None else ""
+    return "\n".join(header) + best.source.rstrip("\n") + "\n" + "\n".join(footer) + guard

@@ -176,10 +176,18 @@ class Task:
     kind: str = "callable"  # callable | module | maxkernel | jaxbench | builtin
     static_as_kwargs: bool = False
     default_scale: str = "full"
-    #: ``native_inputs(scale) -> (dynamic, static)``: the task's own generator.
-    native_inputs: Callable[[str], tuple[Sequence[Any], Sequence[Any]]] | None = None
+    #: ``native_inputs(scale, seed) -> (dynamic, static)``: the task's own generator (a one-argument
+    #: ``native_inputs(scale)`` is also accepted: it draws the same arrays for every seed).
+    native_inputs: Callable[..., tuple[Sequence[Any], Sequence[Any]]] | None = None
     #: Where a sandbox process can re-load this task (kind, path, id).
     locator: Mapping[str, str] = field(default_factory=dict)
+    #: Held-out scales: judged, never shown to an author. ``None`` derives them from the scales
+    #: (:mod:`mk.harness.heldout`); ``()`` declares that the task has none.
+    heldout: tuple[Scale, ...] | None = None
+    #: Allowed shapes: dim name -> the multiple its held-out sizes keep (``0`` pins the dim to its values).
+    dim_units: Mapping[str, int] = field(default_factory=dict)
+    #: Static arguments that may vary: name -> the value a held-out case uses (``None`` pins it).
+    vary_static: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not callable(self.reference):
@@ -242,7 +250,7 @@ class Task:
         of floating inputs. ``native``-init inputs come from :attr:`native_inputs`."""
         shapes = self.shapes(scale)
         if distribution == "native" and self.native_inputs is not None:
-            dyn = [np.asarray(x) for x in self.native_inputs(self.scale(scale).name)[0]]
+            dyn = [np.asarray(x) for x in self.generate(scale, seed)[0]]
             got = [tuple(x.shape) for x in dyn]
             if got != [tuple(s) for s in shapes]:
                 raise TaskError(f"the task's input generator returned shapes {got}, the spec says {shapes}", path=self.source)
@@ -258,11 +266,30 @@ class Task:
                 if native is None:
                     if self.native_inputs is None:
                         raise TaskError(f"input {spec.name!r} has a native init but the task has no input generator", path=self.source)
-                    native = list(self.native_inputs(self.scale(scale).name)[0])
+                    native = list(self.generate(scale, seed)[0])
                 out.append(np.asarray(native[i]))
             else:
                 out.append(init.sample(rng, shape, spec.dtype))
         return out
+
+    def generate(self, scale: str | None = None, seed: int = 0) -> tuple[Sequence[Any], Sequence[Any]]:
+        """The task's own generator at ``scale``, given ``seed`` when it takes one."""
+        if self.native_inputs is None:
+            raise TaskError(f"task {self.name!r} has no input generator", path=self.source)
+        name = self.scale(scale).name
+        return self.native_inputs(name, seed) if self.seeded_generator else self.native_inputs(name)
+
+    @property
+    def seeded_generator(self) -> bool:
+        """True when :attr:`native_inputs` takes a seed (each case then draws its own structured inputs)."""
+        if self.native_inputs is None:
+            return False
+        try:
+            params = [p for p in inspect.signature(self.native_inputs).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        except (TypeError, ValueError):
+            return False
+        return len(params) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
     # --- identity ---------------------------------------------------------
     def describe(self) -> dict[str, Any]:

@@ -227,6 +227,7 @@ class Session:
 
     def save(self, path: str | Path) -> Path:
         """Write the best kernel (with mk's provenance header and its tuned config) to ``path``."""
+        from mk.harness.envelope import Envelope
         from mk.job import with_provenance
         from mk.targets import get_target
 
@@ -236,7 +237,8 @@ class Session:
         p = Path(path)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(with_provenance(best, self.task, self.traj.suite_hash, get_target(self.target)))
+            p.write_text(with_provenance(best, self.task, self.traj.suite_hash, get_target(self.target),
+                                         Envelope.of(self.task, self.traj.suite)))
         except OSError as exc:
             raise ConfigError(f"cannot write the kernel to {p}: {exc}",
                               hint=f"save to a writable path; the session is kept in the store (run {self.run_id})") from None

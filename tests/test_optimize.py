@@ -12,7 +12,8 @@ from mk.cli import main
 from mk.candidate import load_candidate
 from mk.harness.evaluate import evaluate
 from mk.loaders import load_task
-from mk.job import optimize, optimize_task
+from mk.api import optimize
+from mk.job import optimize_task
 from mk.store import Store
 from mk.task import ArgSpec, Scale, Task
 

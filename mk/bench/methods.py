@@ -27,7 +27,7 @@ from mk.task import Task
 
 log = logging.getLogger(__name__)
 
-JUDGED = ("correct", "incorrect", "compile_error", "rejected", "timeout", "crashed", "unverifiable_here", "harness_error")
+JUDGED = ("correct", "incorrect", "compile_error", "rejected", "timeout", "crashed", "unverifiable_here", "harness_error", "outside_envelope")
 
 
 @dataclass

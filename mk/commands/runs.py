@@ -153,8 +153,11 @@ def _write_kernel(args: argparse.Namespace, run: dict[str, Any], best: Any, sess
     from mk.targets import get_target
 
     target = (run.get("config") or {}).get("target") or (run.get("config") or {}).get("search", {}).get("target") or "tpu"
+    envelope = None
     if session is not None:
-        task, suite_hash = session.task, session.traj.suite_hash
+        from mk.harness.envelope import Envelope
+
+        task, suite_hash, envelope = session.task, session.traj.suite_hash, Envelope.of(session.task, session.traj.suite)
     else:
         with Store.open(args.db) as store:
             row = store.get_task(run["task_fingerprint"]) if run.get("task_fingerprint") else None
@@ -164,7 +167,7 @@ def _write_kernel(args: argparse.Namespace, run: dict[str, Any], best: Any, sess
         suite_hash = (run.get("config") or {}).get("suite_hash", "")
     out = prepare_output_dir(args.out)
     path = Path(out) / f"{task.name}_{target}.py"
-    path.write_text(with_provenance(best, task, suite_hash, get_target(target)))
+    path.write_text(with_provenance(best, task, suite_hash, get_target(target), envelope))
     return str(path)
 
 

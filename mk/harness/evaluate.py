@@ -33,6 +33,7 @@ from mk.candidate import Candidate, load_candidate
 from mk.errors import CandidateError, ConfigError, MkError, TaskError
 from mk.harness.arrays import encode_static, load_arrays, save_arrays
 from mk.harness.compare import compare_fair, compare_outputs, low_precision
+from mk.harness.envelope import OUTSIDE
 from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limit_mb
 from mk.harness.results import CaseResult, CostResult, EvalResult, StepResult, TimingResult
 from mk.harness.suite import Case, FrozenSuite, ReferenceCache, build_suite
@@ -145,6 +146,7 @@ def evaluate(
             suite = build_suite(task, scales=[scale] if scale else None)
         elif suite.task_fingerprint != task.fingerprint():
             raise TaskError(f"the suite was frozen for another version of task {task.name!r}", hint="rebuild it with build_suite(task)")
+        task = suite.judged(task)  # the held-out scales: judged here, never shown to an author
         timed = scale or (task.default_scale if task.default_scale in suite.scales else suite.scales[0])
         if timed not in suite.scales:
             raise TaskError(f"scale {timed!r} is not in the suite (it has {', '.join(suite.scales)})", hint="build the suite with that scale")
@@ -275,6 +277,8 @@ def _trace(run: _Run) -> None:
             raise _Verdict("crashed", f"out of memory during {phase}: {text}")
         if any(m in text for m in _UNVERIFIABLE):
             raise _Verdict("unverifiable_here", f"cannot lower or run this kernel here ({text}); judge it on a {run.target.name} device")
+        if OUTSIDE in text:
+            raise _Verdict("outside_envelope", f"the candidate refuses these inputs: {text[text.index(OUTSIDE):]}")
         what = "failed to import" if phase == "import" else f"failed the {run.target.name} compile check"
         at = f" at scale {reply['scale']}" if reply.get("scale") else ""
         raise _Verdict("compile_error", f"candidate {what}{at}: {text}{where}")
@@ -605,17 +609,10 @@ def _spec(run: _Run) -> dict[str, Any]:
 
 
 def _envelope(task: Task, suite: FrozenSuite) -> dict[str, Any]:
-    """What a verdict verified: per scale the input shapes, dtypes and static values; the tolerance; the cases."""
-    scales = {}
-    for name in suite.scales:
-        try:
-            static = {s.name: repr(v) for s, v in zip(task.static, task.static_values(name))}
-        except Exception:  # noqa: BLE001 - descriptive only
-            static = {}
-        scales[name] = {"inputs": [[list(s.shape), np.dtype(s.dtype).name] for s in task.arg_structs(name)], "static": static}
-    tol = task.tolerance
-    return {"scales": scales, "tolerance": {"atol": getattr(tol, "atol", None), "rtol": getattr(tol, "rtol", None)},
-            "cases": len(suite.cases), "suite_hash": suite.hash}
+    """What a verdict verified (:class:`mk.harness.envelope.Envelope`): shapes, dtypes, statics, tolerance, cases."""
+    from mk.harness.envelope import Envelope
+
+    return Envelope.of(task, suite).to_dict()
 
 
 def _structure_mismatch(want: Any, exported: Any) -> str | None:

@@ -8,8 +8,9 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 #: ``unverifiable_here``: the judge could not check the candidate on this machine (it needs a device to lower or
-#: to run), which says nothing about it being wrong; ``harness_error``: mk itself failed.
-Status = Literal["correct", "incorrect", "rejected", "compile_error", "timeout", "crashed", "unverifiable_here", "harness_error"]
+#: to run), which says nothing about it being wrong; ``harness_error``: mk itself failed; ``outside_envelope``: the
+#: candidate (a kernel mk wrote) refuses the task's inputs because they lie outside what it was verified on.
+Status = Literal["correct", "incorrect", "rejected", "compile_error", "timeout", "crashed", "unverifiable_here", "harness_error", "outside_envelope"]
 STEP_NAMES = ("static", "compile", "correctness", "timing", "cost")
 
 

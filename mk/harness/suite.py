@@ -27,11 +27,13 @@ import numpy as np
 
 from mk.errors import TaskError
 from mk.harness.arrays import load_arrays, save_arrays
-from mk.task import FLOAT_DISTRIBUTIONS, Task
+from mk.task import FLOAT_DISTRIBUTIONS, Scale, Task
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SEEDS = (0, 1)
+#: the cases of a held-out scale: the task's own inputs and one more seed of re-drawn ones
+HELDOUT_CASES = (("native", 0), ("normal", 1))
 DEFAULT_DISTRIBUTIONS = ("native", "normal", "uniform", "large_magnitude")
 #: distributions drawn with the first seed only (one case per scale is enough to show an overflow)
 _ONE_SEED = ("native", "large_magnitude", "zeros", "ones")
@@ -59,15 +61,28 @@ class FrozenSuite:
     task_fingerprint: str
     cases: tuple[Case, ...]
     dropped: tuple[str, ...] = ()
+    #: held-out scales (sizes and static values no author is shown); their cases are in ``cases``
+    heldout: tuple[Scale, ...] = ()
     hash: str = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.cases:
             raise TaskError(f"the suite for task {self.task_name!r} has no case", hint="check the task's scales and input generator")
         blob = json.dumps(
-            {"task": self.task_fingerprint, "cases": [dataclasses.astuple(c) for c in self.cases]}, sort_keys=True
+            {"task": self.task_fingerprint, "cases": [dataclasses.astuple(c) for c in self.cases],
+             "heldout": [scale_record(s) for s in self.heldout]}, sort_keys=True, default=repr,
         )
         object.__setattr__(self, "hash", hashlib.sha256(blob.encode()).hexdigest())
+
+    @property
+    def heldout_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.heldout)
+
+    def judged(self, task: Task) -> Task:
+        """``task`` with this suite's held-out scales added: the task every case of the suite runs on."""
+        if not self.heldout or all(s.name in task.scales for s in self.heldout):
+            return task
+        return task.with_scales({**task.scales, **{s.name: s for s in self.heldout}})
 
     @property
     def scales(self) -> tuple[str, ...]:
@@ -86,10 +101,17 @@ class FrozenSuite:
             for q in queues:
                 if q and len(picked) < max(n, 1):
                     picked.append(q.pop(0))
-        return FrozenSuite(self.task_name, self.task_fingerprint, tuple(picked), self.dropped)
+        return FrozenSuite(self.task_name, self.task_fingerprint, tuple(picked), self.dropped, self.heldout)
 
     def inputs(self, task: Task, case: Case) -> list[np.ndarray]:
+        task = self.judged(task)
         return [np.asarray(x) for x in task.make_inputs(case.scale, case.seed, case.distribution)]
+
+
+def scale_record(scale: Scale) -> dict[str, Any]:
+    """A scale as plain data (for the suite hash and the envelope)."""
+    return {"name": scale.name, "dims": dict(scale.dims), "shapes": [list(s) for s in scale.shapes] if scale.shapes else None,
+            "static": {k: repr(v) for k, v in scale.static.items()}}
 
 
 def build_suite(
@@ -99,13 +121,16 @@ def build_suite(
     seeds: Sequence[int] = DEFAULT_SEEDS,
     distributions: Sequence[str] = DEFAULT_DISTRIBUTIONS,
     extra_cases: Iterable[Case] = (),
+    heldout: bool = True,
 ) -> FrozenSuite:
-    """Freeze the cases for ``task``: every scale (or ``scales``) x seeds x distributions, plus ``extra_cases``.
+    """Freeze the cases for ``task``: every scale (or ``scales``) x seeds x distributions, plus ``extra_cases``,
+    plus (``heldout``) the cases of the task's held-out scales (:mod:`mk.harness.heldout`), which only the judge sees.
 
     A case is dropped (with a logged note kept in ``suite.dropped``) when all
     its floating inputs are zeros, or when its distribution makes the
     reference non-finite where the native inputs give finite outputs
     (structured inputs that only make sense with the task's own values)."""
+    fingerprint = task.fingerprint()
     scales = list(scales) if scales else list(task.scales)
     for s in scales:
         task.scale(s)  # raises TaskError naming the valid scales
@@ -114,13 +139,22 @@ def build_suite(
             raise TaskError(f"unknown input distribution {d!r}", hint=f"use one of: {', '.join(FLOAT_DISTRIBUTIONS)}")
     if not seeds:
         raise TaskError("build_suite needs at least one seed")
-    seeds_for_native = seeds[:1] if task.native_inputs is not None else seeds
+    seeds_for_native = seeds[:1] if task.native_inputs is not None and not task.seeded_generator else seeds
     candidates: list[Case] = []
     for scale in scales:
         for dist in distributions:
             for seed in (seeds_for_native if dist == "native" else seeds[:1] if dist in _ONE_SEED else seeds):
-                candidates.append(Case(scale, int(seed), dist))
+                candidates.append(Case(scale, int(seed), dist, note="" if dist != "native" or task.native_inputs is None
+                                       or task.seeded_generator else "the task's generator takes no seed"))
     candidates.extend(extra_cases)
+    held: tuple[Scale, ...] = ()
+    if heldout:
+        from mk.harness.heldout import heldout_scales
+
+        held = heldout_scales(task)
+        task = task.with_scales({**task.scales, **{s.name: s for s in held}}) if held else task
+        for s in held:
+            candidates.extend(Case(s.name, seed, dist, note="held out") for dist, seed in HELDOUT_CASES)
     refs = ReferenceCache(task)
     kept: list[Case] = []
     dropped: list[str] = []
@@ -142,7 +176,8 @@ def build_suite(
             kept.append(case)
     order = {id(c): i for i, c in enumerate(candidates)}
     kept.sort(key=lambda c: order[id(c)])
-    return FrozenSuite(task.name, task.fingerprint(), tuple(kept), tuple(dropped))
+    kept_scales = {c.scale for c in kept}
+    return FrozenSuite(task.name, fingerprint, tuple(kept), tuple(dropped), tuple(s for s in held if s.name in kept_scales))
 
 
 class ReferenceCache:
