@@ -30,6 +30,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("candidate", metavar="CANDIDATE", help="candidate .py file")
     p.add_argument("--target", choices=("tpu", "gpu", "cpu"), default="cpu", help="target platform (default: cpu)")
     p.add_argument("--scale", metavar="NAME", default=None, help="check and time only this scale (e.g. ci); default: every scale")
+    p.add_argument("--case", metavar="KEY", action="append", default=None,
+                   help="run only this case of the frozen suite (repeatable); KEY is <scale>-s<seed>-<inputs> as a verdict "
+                        "prints it, e.g. heldout-s1-normal or ci-s123456-normal for a fresh-seed case")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--db", metavar="PATH", default=None, help="record the verdict in this DuckDB store (default: $MK_DB if set)")
     p.add_argument("--no-time", dest="measure", action="store_false", help="skip timing")
@@ -56,14 +59,42 @@ def run(args: argparse.Namespace) -> int:
         Store.open(db).close()
     if not args.json:
         _announce(task, args, candidate.source)
-    result = evaluate(task, candidate, target=args.target, scale=args.scale, measure=args.measure, require_pallas=args.require_pallas)
+    suite = pick_cases(task, args.case, args.scale) if args.case else None
+    result = evaluate(task, candidate, target=args.target, scale=None if suite else args.scale, suite=suite, measure=args.measure,
+                      require_pallas=args.require_pallas)
     if db:
         record(db, result)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
-        _table(result)
+        _table(result, args)
     return 0 if result.status == "correct" else 3 if result.status == "harness_error" else 1
+
+
+def pick_cases(task: Any, keys: list[str], scale: str | None) -> Any:
+    """The frozen suite narrowed to ``keys`` (a key not in it, such as a fresh-seed case, is drawn as it says)."""
+    import dataclasses
+
+    from mk.errors import ConfigError
+    from mk.harness.suite import Case, build_suite
+    from mk.task import FLOAT_DISTRIBUTIONS
+
+    full = build_suite(task, scales=[scale] if scale else None)
+    known = {c.key: c for c in full.cases}
+    scales = set(full.scales)
+    picked = []
+    for key in keys:
+        if key in known:
+            picked.append(known[key])
+            continue
+        parts = key.rsplit("-", 2)
+        if len(parts) != 3 or not parts[1].startswith("s") or not parts[1][1:].isdigit() or parts[0] not in scales \
+                or parts[2] not in FLOAT_DISTRIBUTIONS:
+            raise ConfigError(f"no case {key!r} in the suite of {task.name}",
+                              hint=f"a key is <scale>-s<seed>-<inputs> with scale one of {', '.join(sorted(scales))}; "
+                                   f"the suite's cases: {', '.join(list(known)[:8])}")
+        picked.append(Case(parts[0], int(parts[1][1:]), parts[2], note="picked"))
+    return dataclasses.replace(full, cases=tuple(picked))
 
 
 def _announce(task: Any, args: argparse.Namespace, source: str) -> None:
@@ -96,13 +127,18 @@ def record(db: str, result: Any) -> str | None:
         )
 
 
-def _table(result: Any) -> None:
+def _table(result: Any, args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     colour = "green" if result.status == "correct" else "red"
     console.print(f"[bold {colour}]{result.status}[/]: {result.reason}", highlight=False)
+    if result.failed_case:
+        scale = f" --scale {args.scale}" if args.scale else ""
+        console.print(f"reproduce this case: mk eval {args.task} {args.candidate} --target {result.target}{scale} "
+                      f"--case {result.failed_case}", soft_wrap=True,
+                      highlight=False)
     console.print(f"task {result.task} · target {result.target} · scales {', '.join(result.scales)} · suite {result.suite_hash[:12]}",
                   highlight=False)
     steps = Table("step", "ok", "seconds", "detail", title="steps")

@@ -250,7 +250,8 @@ def _mk_outside(args, kwargs):
             v = int(shape[j])
             ok = (v >= min(values) and v % unit == 0) if kind == "multiple" else v in values
             if not ok:
-                return "input %r axis %d is %d; verified: %s %s" % (name, j, v, kind, values)
+                rule = "a multiple of %d >= %d" % (unit, min(values)) if kind == "multiple" else "one of %s" % (values,)
+                return "input %r axis %d is %d; verified: %s" % (name, j, v, rule)
     for group in env["equal"]:
         sizes = [int(args[i].shape[j]) for i, j in group]
         if min(sizes) != max(sizes):
@@ -265,7 +266,8 @@ def _mk_outside(args, kwargs):
         else:
             ok = any(v == w or repr(v) == w for w in values)
         if not ok:
-            return "static %s=%r; verified: %s %s" % (name, v, kind, values)
+            rule = "any %s" % typ if kind == "any" else "one of %s" % (values,)
+            return "static %s=%r; verified: %s" % (name, v, rule)
     return None
 
 

@@ -101,6 +101,7 @@ class _Run:
     flags: list[str] = field(default_factory=list)
     verified_by: str = ""
     compile_detail: str = ""
+    failed_case: str = ""
 
     @property
     def on_device(self) -> bool:
@@ -198,6 +199,7 @@ def evaluate(
                               detail=cost_res.note if cost_res else _no_cost(run)))
     return EvalResult(status=status, reason=_one_line(reason), steps=steps, cases=run.cases, timing=timing_res, cost=cost_res,
                       flags=run.flags, isolation=run.isolation, verified_by=run.verified_by if status == "correct" else "",
+                      failed_case=run.failed_case if status != "correct" else "",
                       seconds=time.perf_counter() - started, **base)
 
 
@@ -455,6 +457,7 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
              slow: float = 1.0) -> None:
     """Run case ``i`` with ``who`` (the runner, or the tracer's TPU interpreter), compare, record. ``slow``: a
     factor on the interpreted-case deadline (race detection)."""
+    run.failed_case = case.key  # cleared when the case passes
     inputs = run.suite.inputs(run.task, case)
     expected = _refs(run).compute(case.scale, inputs) if case.note == "fresh seed" else _refs(run).outputs(case, inputs)
     # the tracer's work dir is hostile (links, fifos): a fresh unpredictable name there
@@ -493,9 +496,10 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     if record:
         run.seconds[f"case_{i}"] = float(reply.get("seconds") or 0.0)
         run.cases.append(CaseResult(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution, ok=cmp.ok,
-                                    max_abs=cmp.max_abs, max_rel=cmp.max_rel, note=cmp.reason))
+                                    max_abs=cmp.max_abs, max_rel=cmp.max_rel, note=cmp.reason, key=case.key))
     if not cmp.ok:
         raise _Verdict("incorrect", f"{what}: {cmp.reason}")
+    run.failed_case = ""
 
 
 #: JAX's interpreters (TPU interpreter, Pallas state discharge): an AttributeError or NotImplementedError raised

@@ -38,6 +38,8 @@ class CaseResult(BaseModel):
     max_abs: Optional[float] = None
     max_rel: Optional[float] = None
     note: str = ""
+    #: ``<scale>-s<seed>-<distribution>``: ``mk eval TASK CANDIDATE --case KEY`` runs this case again
+    key: str = ""
 
 
 class TimingResult(BaseModel):
@@ -102,6 +104,8 @@ class EvalResult(BaseModel):
     verified_by: str = ""
     #: what was verified: per scale the input shapes/dtypes and statics, the tolerance and the case count
     envelope: dict = Field(default_factory=dict)
+    #: the key of the case a failing verdict failed on (``mk eval ... --case KEY`` reproduces it), else ""
+    failed_case: str = ""
 
     @property
     def ok(self) -> bool:

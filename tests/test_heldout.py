@@ -1,0 +1,181 @@
+"""Held-out scales and the verified envelope: suites that tell a general kernel from a fitted one, and a written
+kernel that refuses to trace outside what it was verified on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from mk.harness import build_suite, evaluate
+from mk.harness.envelope import OUTSIDE, Envelope
+from mk.harness.heldout import derive, heldout_scales, other_float, unit
+from mk.job import Best, with_provenance
+from mk.loaders import load_task, task_from_callable
+from mk.targets import get_target
+from mk.task import ArgSpec, Scale, StaticArg, Task, Tolerance
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rmsnorm.py"
+
+
+def rms(x, w, eps):
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps) * w).astype(x.dtype)
+
+
+def rms_task(**kw) -> Task:
+    return Task("rms", rms, (ArgSpec("x", ("m", "n"), "float32"), ArgSpec("w", ("n",), "float32")),
+                {"ci": Scale("ci", {"m": 16, "n": 256})}, static=(StaticArg("eps", 1e-6),),
+                tolerance=Tolerance(1e-4, 1e-4), **kw)
+
+
+def src(body: str) -> str:
+    return textwrap.dedent(body).strip() + "\n"
+
+
+GENERAL = src("""
+    import jax
+    import jax.numpy as jnp
+
+    def kernel(x, w, eps):
+        x32 = x.astype(jnp.float32)
+        return (x32 * jax.lax.rsqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True) / x.shape[-1] + eps) * w).astype(x.dtype)
+""")
+#: divides by the hidden size it was shown and ignores eps, as the first round's written kernels did
+FITTED = src("""
+    import jax
+    import jax.numpy as jnp
+
+    def kernel(x, w, eps):
+        x32 = x.astype(jnp.float32)
+        return (x32 * jax.lax.rsqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True) / 256.0 + 1e-6) * w).astype(x.dtype)
+""")
+FITTED_EPS = GENERAL.replace("+ eps)", "+ 1e-6)")
+
+
+# --- derivation -----------------------------------------------------------------------------
+def test_unit_and_float_moves():
+    assert unit([256]) == 128 and unit([512, 8192]) == 128 and unit([16]) == 16 and unit([6, 10]) == 2 and unit([3]) == 1
+    assert other_float(1e-5) == 0.25 and other_float(2.0) == 4.0 and other_float(-10.0) == -20.0
+
+
+def test_derived_scale_keeps_divisibility_and_moves_statics():
+    task = load_task("jaxbench:12p_RMSNorm")
+    (held,) = heldout_scales(task)
+    judged = task.with_scales({**task.scales, held.name: held})
+    assert judged.shapes(held.name) == [(4, 32, 640), (640,)]  # ci (2, 16, 512): each dim grows by its unit
+    assert judged.static_values(held.name) == [0.25]  # epsilon 1e-5 moves far enough to change the result
+    assert held.name not in task.scales
+
+
+def test_int_static_follows_its_dim_and_axes_move_together():
+    attn = load_task("jaxbench:4p_Sparse_Attention")
+    (held,) = heldout_scales(attn)
+    judged = attn.with_scales({**attn.scales, held.name: held})
+    base = dict(zip([s.name for s in attn.static], attn.static_values("ci")))
+    moved = dict(zip([s.name for s in attn.static], judged.static_values(held.name)))
+    assert base["S"] == attn.shapes("ci")[0][2] and moved["S"] == judged.shapes(held.name)[0][2] != base["S"]
+
+    def mm(x, w):
+        return x @ w
+
+    task = task_from_callable(mm, [((64, 256), "float32"), ((256, 128), "float32")])
+    held = derive(task)
+    assert held.shapes == ((128, 384), (384, 256))  # the two K axes stay equal
+
+
+def test_moves_the_reference_refuses_are_dropped():
+    def fixed_width(x):
+        assert x.shape[-1] == 256, "this layer is 256 wide"
+        return x * 2
+
+    task = task_from_callable(fixed_width, [((8, 256), "float32")], check=False)
+    held = derive(task)
+    assert held.shapes == ((16, 256),)  # the width the reference insists on is kept, the rows still move
+    pinned = dataclasses.replace(rms_task(), dim_units={"m": 0, "n": 0}, vary_static={"eps": None})
+    assert heldout_scales(pinned) == ()
+    assert heldout_scales(dataclasses.replace(rms_task(), heldout=())) == ()
+
+
+def test_suite_hash_covers_the_heldout_scales():
+    task = rms_task()
+    a = build_suite(task)
+    b = build_suite(dataclasses.replace(task, dim_units={"n": 64}))
+    assert a.heldout_names == ("heldout",) and [c for c in a.cases if c.scale == "heldout"]
+    assert a.hash != b.hash and "heldout" not in task.scales
+    assert build_suite(task).hash == a.hash
+    assert build_suite(task, heldout=False).heldout == ()
+
+
+# --- the judge ------------------------------------------------------------------------------
+@pytest.mark.parametrize("source", [FITTED, FITTED_EPS], ids=["hidden-size", "eps"])
+def test_fitted_kernels_fail_the_heldout_case(tmp_path, source):
+    res = evaluate(rms_task(), source, target="cpu", measure=False)
+    assert res.status == "incorrect", res.reason
+    assert "heldout" in res.reason and res.failed_case.startswith("heldout-")
+
+
+def test_general_kernel_is_correct_and_its_envelope_says_what_was_verified():
+    task = rms_task()
+    res = evaluate(task, GENERAL, target="cpu", measure=False)
+    assert res.status == "correct", res.reason
+    env = Envelope.from_dict(res.envelope)
+    assert env.heldout == ("heldout",) and env.cases == len(build_suite(task).cases)
+    assert env.check([(48, 384), (384,)], ["float32", "float32"], {"eps": 1e-3}) is None
+    assert "multiple of 128" in env.check([(16, 200), (200,)])
+    assert "equal" in env.check([(16, 384), (256,)])
+    assert "float32" in env.check([(16, 256), (256,)], ["bfloat16", "float32"])
+    assert "rank" in env.check([(2, 16, 256), (256,)])
+    assert env.check([(16, 256), (256,)], static={"eps": "big"}) is not None
+    words = "\n".join(env.lines())
+    assert "x: float32[any multiple of 16 >= 16" in words and "static eps: any float" in words
+
+
+def _written(task: Task, suite, source: str, path: Path) -> Path:
+    env = Envelope.of(task, suite)
+    best = Best(source, "correct", None, "hand-written", {}, "")
+    path.write_text(with_provenance(best, task, suite.hash, get_target("cpu"), env))
+    return path
+
+
+def test_written_kernel_is_correct_elsewhere_in_its_envelope_and_refuses_outside(tmp_path):
+    task = rms_task()
+    kernel = _written(task, build_suite(task), GENERAL, tmp_path / "k.py")
+    text = kernel.read_text()
+    assert "# envelope (outside it the kernel raises a ValueError when traced):" in text and "MK_ENVELOPE" in text
+    inside = task.with_scales({"other": Scale("other", {"m": 48, "n": 384}, static={"eps": 1e-2})})
+    res = evaluate(inside, kernel, target="cpu", measure=False)
+    assert res.status == "correct", res.reason
+    outside = task.with_scales({"odd": Scale("odd", {"m": 16, "n": 200})})
+    res = evaluate(outside, kernel, target="cpu", measure=False)
+    assert res.status == "outside_envelope" and OUTSIDE in res.reason and "axis 1 is 200" in res.reason
+
+
+def test_an_eps_the_suite_never_varied_is_pinned(tmp_path):
+    task = dataclasses.replace(rms_task(), vary_static={"eps": None})
+    kernel = _written(task, build_suite(task), FITTED_EPS, tmp_path / "k.py")
+    other = task.with_scales({"ci": Scale("ci", {"m": 16, "n": 256}, static={"eps": 0.5})})
+    res = evaluate(other, kernel, target="cpu", measure=False)
+    assert res.status == "outside_envelope" and "static eps=0.5" in res.reason, res.reason
+
+
+def test_mk_eval_reproduces_a_failed_case(tmp_path):
+    cand = tmp_path / "fitted.py"
+    cand.write_text(FITTED)
+    cmd = [sys.executable, "-m", "mk", "eval", str(EXAMPLE), str(cand), "--scale", "ci", "--no-time"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 1 and "reproduce this case: mk eval" in first.stdout, first.stdout + first.stderr
+    key = first.stdout.split("--case ", 1)[1].split()[0]
+    again = subprocess.run(cmd + ["--case", key, "--json"], capture_output=True, text=True, timeout=600)
+    verdict = json.loads(again.stdout)
+    assert verdict["status"] == "incorrect" and verdict["failed_case"] == key
+    assert [c["key"] for c in verdict["cases"]][:1] == [key]
+    bad = subprocess.run(cmd + ["--case", "nowhere-s1-normal"], capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "no case 'nowhere-s1-normal'" in bad.stderr
