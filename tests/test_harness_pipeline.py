@@ -109,7 +109,7 @@ def test_load_candidate_entry_and_config_space(tmp_path):
 def test_suite_covers_scales_and_hash_is_stable(task):
     a, b = build_suite(task), build_suite(task)
     assert a.hash == b.hash and len(a.hash) == 64
-    assert set(a.scales) == {"ci", "small"}
+    assert set(a.scales) == {"ci", "small", "heldout"} and a.heldout_names == ("heldout",)
     assert {c.distribution for c in a.cases} == {"native", "normal", "uniform", "large_magnitude"}
     assert {c.seed for c in a.cases} == {0, 1}
     assert build_suite(task, seeds=(0, 2)).hash != a.hash
@@ -131,7 +131,9 @@ def test_correct_pure_jax_on_cpu_with_timing(task):
     r = evaluate(task, PURE, target="cpu", scale="ci", timeouts=FAST)
     assert r.status == "correct", r.reason
     assert r.suite_hash == build_suite(task, scales=["ci"]).hash
-    assert len(r.cases) == 8 and all(c.ok and c.max_abs is not None for c in r.cases)
+    suite = build_suite(task, scales=["ci"])  # ci and the held-out scale, plus one fresh-seed case per scale
+    assert len(r.cases) == len(suite.cases) + len(suite.scales) and {c.scale for c in r.cases} == {"ci", "heldout"}
+    assert all(c.ok and c.max_abs is not None for c in r.cases)
     assert r.timing.measured and r.timing.speedup > 0 and r.timing.runs >= 10 and r.timing.input_sets >= 3
     assert r.cost.candidate_flops and r.cost.reference_flops
     assert [s.name for s in r.steps] == ["static", "compile", "correctness", "timing", "cost"]
@@ -139,9 +141,9 @@ def test_correct_pure_jax_on_cpu_with_timing(task):
 
 
 def test_correct_pallas_rmsnorm_on_tpu_interpret(task):
-    r = evaluate(task, PALLAS, target="tpu", timeouts=FAST)  # every scale: ci and small
+    r = evaluate(task, PALLAS, target="tpu", timeouts=FAST)  # every scale: ci and small, and the held-out one
     assert r.status == "correct", r.reason
-    assert set(r.scales) == {"ci", "small"}
+    assert set(r.scales) == {"ci", "small", "heldout"}
     assert r.timing is not None and not r.timing.measured and "no tpu device" in r.timing.reason
 
 
