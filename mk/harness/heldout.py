@@ -11,8 +11,9 @@ here from its scales:
 * every dim (a named dim, or, for tasks given as per-input shapes, each group of
   axes that are equal at every scale) grows from the smallest scale's value by
   its *unit*: the largest power of two dividing it at every scale, at most 128
-  (a lane's width), so 256 becomes 384 and 16 becomes 32; ``Task.dim_units``
-  sets the unit per dim (``0`` pins a dim); dims that are 1 everywhere stay 1;
+  (a lane's width), so 256 becomes 384 and 16 becomes 32 (further, where that size
+  is one the author was shown); ``Task.dim_units`` sets the unit per dim (``0``
+  pins a dim); dims that are 1 everywhere stay 1;
 * float statics move far enough to change the result (``eps=1e-5`` becomes
   ``0.25``, ``temperature=1.0`` becomes ``2.0``); an int static equal to one dim
   at every scale follows that dim; other statics stay (``Task.vary_static``
@@ -117,7 +118,10 @@ class _Plan:
             values = [self.value(n, d) for n in self.task.scales if not self.named or d in self.task.scales[n].dims]
             step = self.task.dim_units[d] if d in self.task.dim_units else (0 if max(values) <= 1 else unit(values))
             if step and step > 0:
-                moves[d] = self.value(self.base.name, d) + int(step)
+                new = self.value(self.base.name, d) + int(step)
+                while new in values:  # a size the author was shown is not held out
+                    new += int(step)
+                moves[d] = new
         return moves
 
     def static_moves(self, dims: Mapping[str, int]) -> dict[str, Any]:
