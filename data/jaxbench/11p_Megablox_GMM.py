@@ -28,9 +28,17 @@ DESCRIPTION = (
     "static. XLA cost analysis counts the scan body only once (3.2 GFLOP); the true count is 2*M*K*N = "
     "412 GFLOP, which is the gflop value used here. mk note: the ci scale is M=512, K=128, G=8, N=128 "
     "with max_expert_size=64 and every group of 64 rows. mk note: with the default ('native') inputs "
-    "every array, floats included, comes from the task's generator `make_inputs(scale)`, which draws the "
-    "published distributions and structure with numpy (seed 42; not the published jax.random values) at "
-    "that scale, so the seed does not change them; other input distributions redraw the floats only."
+    "every array, floats included, comes from the task's generator `make_inputs(scale, seed)` (numpy, not"
+    " the published jax.random values). Seed 0 draws the published distributions and layout (numpy seed "
+    "42): the first M/max_expert_size groups hold max_expert_size rows each and any further group is "
+    "empty (at ci and full: every group holds M/G rows). Every other seed draws the floats afresh and "
+    "randomises the group sizes within the task's constraints: each size in [0, max_expert_size], the "
+    "sizes sum to M, some groups are empty and the last non-empty group holds exactly max_expert_size "
+    "rows, so no slab is clamped and no row is dropped and the result is always the plain grouped matmul "
+    "out[start_g:start_g+size_g] = bf16(lhs[start_g:start_g+size_g] @ rhs[g]). Where G*max_expert_size = "
+    "M (ci and full) the constraints leave only equal groups, so there only the floats change; sizes "
+    "with room for other groups are judged too. So a kernel must read group_sizes. Other input "
+    "distributions redraw the floats only; the structure still follows the seed."
 )
 
 GFLOP = 412.3
@@ -57,18 +65,47 @@ def megablox_gmm(lhs, rhs, group_sizes, max_expert_size):
     return acc[:m]
 
 
-_SIZES = {"full": (32768, 4096, 128, 1536, 256), "ci": (512, 128, 8, 128, 64)}  # M, K, G, N, max_expert_size
+_SIZES = {  # M, K, G, N, max_expert_size
+    "full": (32768, 4096, 128, 1536, 256),
+    "ci": (512, 128, 8, 128, 64),
+    # judged, never shown to an author: fewer rows than G*max_expert_size, so the group sizes can vary
+    "heldout": (256, 128, 6, 256, 64),
+}
 
 
-def make_inputs(scale):
-    """The published layout: N(0,1) lhs, N(0,0.02) rhs, every group M // G rows (numpy, seed 42)."""
+def make_inputs(scale, seed=0):
+    """N(0,1) lhs, N(0,0.02) rhs. Seed 0: the published layout, groups of max_expert_size rows (every
+    group M // G rows at ci and full; numpy seed 42). Other seeds: random group sizes (:func:`_group_sizes`)."""
     m, k, g, n, mes = _SIZES[scale]
-    rng = np.random.default_rng(42)
+    rng = np.random.default_rng(42 if seed == 0 else [42, seed])
     bf16 = np.dtype(jnp.bfloat16)
     lhs = rng.standard_normal((m, k), np.float32).astype(bf16)
     rhs = (rng.standard_normal((g, k, n), np.float32) * 0.02).astype(bf16)
-    group_sizes = np.full((g,), m // g, np.int32)
-    return [lhs, rhs, group_sizes], [mes]
+    return [lhs, rhs, _group_sizes(m, g, mes, None if seed == 0 else rng)], [mes]
+
+
+def _group_sizes(m, g, mes, rng=None):
+    """Group sizes the reference computes as a plain grouped matmul: each in [0, mes], summing to m, and the
+    last non-empty group exactly mes rows (it ends at row m, so its slab starts at m - mes and no group's
+    slab start is clamped). ``rng=None``: full groups of mes rows, then empty ones. Else random sizes, with
+    at least one empty group wherever g * mes > m."""
+    if m % mes or m > g * mes:
+        raise ValueError(f"{m} rows do not fit {g} groups of at most {mes} whole slabs")
+    full = m // mes
+    if rng is None or full == g:  # g * mes == m: only equal groups satisfy the constraints
+        return np.array([mes] * full + [0] * (g - full), np.int32)
+    used = int(rng.integers(full, g))  # non-empty groups: at least m / mes, at most g - 1
+    left, rest = m - mes, []
+    for i in range(used - 1):  # sizes in [1, mes] that can still reach m - mes
+        after = used - 2 - i
+        size = int(rng.integers(max(1, left - after * mes), min(mes, left - after) + 1))
+        rest.append(size)
+        left -= size
+    sizes = list(rng.permutation(np.array(rest, np.int64))) + [mes]
+    where = np.sort(rng.choice(g, size=used, replace=False))
+    out = np.zeros(g, np.int32)
+    out[where] = sizes
+    return out
 
 
 def _dims(scale):
@@ -90,6 +127,7 @@ TASK = Task(
         "full": Scale("full", dims=_dims("full")),
         "ci": Scale("ci", dims=_dims("ci"), static={"max_expert_size": 64}),
     },
+    heldout=(Scale("heldout", dims=_dims("heldout"), static={"max_expert_size": _SIZES["heldout"][4]}),),
     description=DESCRIPTION,
     kind="builtin",
     default_scale="full",

@@ -23,9 +23,10 @@ DESCRIPTION = (
     "float32 scalar of shape (). Quirk: the reference materializes the bf16 logits (2.1 GB) and a float32"
     " one-hot (4.2 GB). A fused kernel never needs the logits in HBM. mk note: labels depend on V, so "
     "they come from the generator; the ci scale has V=1000. mk note: with the default ('native') inputs "
-    "every array, floats included, comes from the task's generator `make_inputs(scale)`, which draws the "
-    "published distributions and structure with numpy (seed 42; not the published jax.random values) at "
-    "that scale, so the seed does not change them; other input distributions redraw the floats only."
+    "every array, floats included, comes from the task's generator `make_inputs(scale, seed)` (numpy, not"
+    " the published jax.random values): N(0,1) hidden, N(0,0.02) weight and labels uniform in [0, V). "
+    "Seed 0 draws them with numpy seed 42; every other seed draws the floats and the labels afresh from "
+    "that seed. Other input distributions redraw the floats only; the labels still follow the seed."
 )
 
 GFLOP = 8617.6
@@ -41,13 +42,19 @@ def cross_entropy(hidden, weight, labels):
     return jnp.mean(loss)
 
 
-_SIZES = {"full": (8192, 4096, 128256), "ci": (64, 128, 1000)}  # T, H, V
+_SIZES = {  # T, H, V
+    "full": (8192, 4096, 128256),
+    "ci": (64, 128, 1000),
+    # judged, never shown to an author: other token and hidden counts, a vocabulary of another size
+    "heldout": (48, 256, 1100),
+}
 
 
-def make_inputs(scale):
-    """The published distributions: N(0,1) hidden, N(0,0.02) weight, labels uniform in [0, V) (numpy, seed 42)."""
+def make_inputs(scale, seed=0):
+    """The published distributions: N(0,1) hidden, N(0,0.02) weight, labels uniform in [0, V) (numpy seed 42
+    at seed 0, else seeded from ``seed``: fresh floats and labels)."""
     t, h, v = _SIZES[scale]
-    rng = np.random.default_rng(42)
+    rng = np.random.default_rng(42 if seed == 0 else [42, seed])
     bf16 = np.dtype(jnp.bfloat16)
     hidden = rng.standard_normal((t, h), np.float32).astype(bf16)
     weight = (rng.standard_normal((h, v), np.float32) * 0.02).astype(bf16)
@@ -72,6 +79,7 @@ TASK = Task(
     static=(),
     tolerance=Tolerance(atol=0.01, rtol=0.01),
     scales={"full": Scale("full", dims=_dims("full")), "ci": Scale("ci", dims=_dims("ci"))},
+    heldout=(Scale("heldout", dims=_dims("heldout")),),
     description=DESCRIPTION,
     kind="builtin",
     default_scale="full",

@@ -27,12 +27,15 @@ DESCRIPTION = (
     " is 4096, the page table is the identity (seq i owns pages i*256..i*256+255 in order) and query i is"
     " row i. The task is memory bound: it reads the whole 1 GiB KV cache. The static max_seq_len is used "
     "in a reshape and the head counts in dynamic_slice sizes, so they must be static. mk note: the ci "
-    "scale keeps the published layout (every kv_len = max_seq_len, identity page table, query i is row i)"
-    " with 4 sequences, 16 query / 2 KV heads and 8 pages of 16 slots per sequence. mk note: with the "
-    "default ('native') inputs every array, floats included, comes from the task's generator "
-    "`make_inputs(scale)`, which draws the published distributions and structure with numpy (seed 42; not"
-    " the published jax.random values) at that scale, so the seed does not change them; other input "
-    "distributions redraw the floats only."
+    "scale has 4 sequences, 16 query / 2 KV heads and 8 pages of 16 slots per sequence. mk note: with "
+    "the default ('native') inputs every array, floats included, comes from the task's generator "
+    "`make_inputs(scale, seed)` (numpy, not the published jax.random values). Seed 0 draws the published "
+    "distributions and layout (numpy seed 42): every kv_len = max_seq_len, the identity page table, query "
+    "i is row i. Every other seed draws the floats afresh and randomises the structure within the task's "
+    "constraints: page_indices is a random permutation of all num_seqs*pages_per_seq pages (so sequence i's"
+    " pages are scattered), each kv_len is uniform in [1, max_seq_len], and query i is still row i "
+    "(cu_q_lens = 0..num_seqs). So a kernel must read page_indices and kv_lens. Other input distributions "
+    "redraw the floats only; the structure still follows the seed."
 )
 
 GFLOP = 8.71
@@ -63,6 +66,8 @@ def paged_attention(queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
 _LAYOUT = {  # scale -> (num_seqs, Hq, Hkv, D, page_size, pages_per_seq)
     "full": (64, 64, 8, 128, 16, 256),
     "ci": (4, 16, 2, 128, 16, 8),
+    # judged, never shown to an author: other sequence and head counts, another group size and sequence length
+    "heldout": (3, 8, 2, 128, 16, 16),
 }
 
 
@@ -76,17 +81,22 @@ def _static(scale):
     return {"num_seqs": n, "num_q_heads": hq, "num_kv_heads": hkv, "head_dim": d, "max_seq_len": page * pps}
 
 
-def make_inputs(scale):
-    """The published layout: N(0,1) queries, N(0,0.02) pages, every kv_len = max_seq_len,
-    the identity page table and one query row per sequence (numpy, seed 42)."""
+def make_inputs(scale, seed=0):
+    """N(0,1) queries, N(0,0.02) pages and one query row per sequence. Seed 0: the published layout (every
+    kv_len = max_seq_len, the identity page table; numpy seed 42). Other seeds: a random permutation of the
+    pages as the page table and kv_lens uniform in [1, max_seq_len] (numpy, seeded from ``seed``)."""
     n, hq, hkv, d, page, pps = _LAYOUT[scale]
-    rng = np.random.default_rng(42)
+    rng = np.random.default_rng(42 if seed == 0 else [42, seed])
     bf16 = np.dtype(jnp.bfloat16)
     queries = rng.standard_normal((n, hq, d), np.float32).astype(bf16)
     k_pages = (rng.standard_normal((n * pps, page, hkv, d), np.float32) * 0.02).astype(bf16)
     v_pages = (rng.standard_normal((n * pps, page, hkv, d), np.float32) * 0.02).astype(bf16)
-    kv_lens = np.full((n,), page * pps, np.int32)
-    page_indices = np.arange(n * pps, dtype=np.int32).reshape(n, pps)
+    if seed == 0:
+        kv_lens = np.full((n,), page * pps, np.int32)
+        page_indices = np.arange(n * pps, dtype=np.int32).reshape(n, pps)
+    else:
+        kv_lens = rng.integers(1, page * pps + 1, size=(n,)).astype(np.int32)
+        page_indices = rng.permutation(n * pps).astype(np.int32).reshape(n, pps)
     cu_q_lens = np.arange(n + 1, dtype=np.int32)
     return [queries, k_pages, v_pages, kv_lens, page_indices, cu_q_lens], list(_static(scale).values())
 
@@ -110,6 +120,7 @@ TASK = Task(
         "full": Scale("full", dims=_dims("full")),
         "ci": Scale("ci", dims=_dims("ci"), static=_static("ci")),
     },
+    heldout=(Scale("heldout", dims=_dims("heldout"), static=_static("heldout")),),
     description=DESCRIPTION,
     kind="builtin",
     default_scale="full",

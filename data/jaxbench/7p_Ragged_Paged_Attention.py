@@ -43,10 +43,17 @@ DESCRIPTION = (
     "contiguously. mk note: ACTIVE_Q_LENS is a module constant keyed by max_tokens: 4096 is the published"
     " layout; 48 is the ci layout (2 decode tokens, two 16-token prefill chunks and a last chunk of 14; "
     "kv_lens 17,65 then 31,47,127, then 1 empty slot; num_seqs=[5]; 16 query / 2 KV heads; 8 pages of 16 "
-    "slots per sequence; random page permutation). mk note: with the default ('native') inputs every "
-    "array, floats included, comes from the task's generator `make_inputs(scale)`, which draws the "
-    "published distributions and structure with numpy (seed 42; not the published jax.random values) at "
-    "that scale, so the seed does not change them; other input distributions redraw the floats only."
+    "slots per sequence; random page permutation). Other max_tokens keys may exist for sizes that are "
+    "judged but not shown. mk note: with the default ('native') inputs every array, floats included, "
+    "comes from the task's generator `make_inputs(scale, seed)` (numpy, not the published jax.random "
+    "values). Seed 0 draws the published distributions and layout above (numpy seed 42). Every other seed"
+    " draws the floats afresh and randomises the structure within the task's constraints: page_indices is"
+    " another random permutation of all pages, and each active sequence's kv_len is uniform in [q_len, "
+    "pages_per_seq*page_size] (decode sequences: [1, pages_per_seq*page_size]); inactive slots keep "
+    "kv_len 0. The query lengths (cu_q_lens) and num_seqs stay those of ACTIVE_Q_LENS: the reference's "
+    "loop is unrolled for that ragged layout and its capacities sum to max_tokens, so every token row is "
+    "written exactly once. So a kernel must read page_indices and kv_lens. Other input distributions "
+    "redraw the floats only; the structure still follows the seed."
 )
 
 GFLOP = 561.6
@@ -57,6 +64,7 @@ MIN_BYTES = 1208025608
 ACTIVE_Q_LENS = {
     4096: (1,) * 48 + (512,) * 7 + (464,),
     48: (1,) * 2 + (16,) * 2 + (14,),
+    64: (1,) * 3 + (24,) + (21,) + (16,),
 }
 
 
@@ -97,6 +105,9 @@ _LAYOUT = {  # scale -> max_tokens, max_seqs, Hq, Hkv, D, page_size, pages_per_s
     "full": (4096, 64, 64, 8, 128, 16, 256,
              [257 + ((i * 73) % 240) * 16 for i in range(48)] + [1023, 1535, 2047, 2559, 3071, 3583, 4095, 4095]),
     "ci": (48, 6, 16, 2, 128, 16, 8, [17 + ((i * 73) % 7) * 16 for i in range(2)] + [31, 47, 127]),
+    # judged, never shown to an author: another ragged layout (3 decode tokens, chunks of 24, 21 and 16),
+    # 8 query / 2 KV heads, 6 pages per sequence and 2 empty slots
+    "heldout": (64, 8, 8, 2, 128, 16, 6, [5, 40, 96, 33, 95, 16]),
 }
 
 
@@ -106,16 +117,19 @@ def _dims(scale):
             "NS": seqs, "PPS": pps, "NS1": seqs + 1}
 
 
-def make_inputs(scale):
-    """The published layout: N(0,1) queries and pages, a random page permutation and the ragged
-    layout of ACTIVE_Q_LENS (numpy, seed 42)."""
+def make_inputs(scale, seed=0):
+    """N(0,1) queries and pages and the ragged layout of ACTIVE_Q_LENS. Seed 0: the published layout
+    (numpy seed 42). Other seeds: another random page permutation and random kv_lens, each in
+    [q_len, pages_per_seq*page_size] (numpy, seeded from ``seed``)."""
     tokens, seqs, hq, hkv, d, page, pps, lens = _LAYOUT[scale]
     active = ACTIVE_Q_LENS[tokens]
-    rng = np.random.default_rng(42)
+    rng = np.random.default_rng(42 if seed == 0 else [42, seed])
     bf16 = np.dtype(jnp.bfloat16)
     queries = rng.standard_normal((tokens, hq, d), np.float32).astype(bf16)
     kv_pages = rng.standard_normal((seqs * pps, page, 2 * hkv, d), np.float32).astype(bf16)
     page_indices = rng.permutation(seqs * pps).astype(np.int32).reshape(seqs, pps)
+    if seed != 0:  # causal with the queries last: a sequence's kv_len covers its q_len tokens
+        lens = [int(rng.integers(q, pps * page + 1)) for q in active]
     kv_lens = np.zeros(seqs, np.int32)
     kv_lens[: len(lens)] = lens
     cu = np.concatenate([[0], np.cumsum(active)]).astype(np.int32)
@@ -141,6 +155,7 @@ TASK = Task(
         "full": Scale("full", dims=_dims("full")),
         "ci": Scale("ci", dims=_dims("ci"), static={"head_dim": 128, "max_tokens": 48}),
     },
+    heldout=(Scale("heldout", dims=_dims("heldout"), static={"head_dim": 128, "max_tokens": 64}),),
     description=DESCRIPTION,
     kind="builtin",
     default_scale="full",
