@@ -47,10 +47,36 @@ def test_maxkernel_inputs_come_from_generator_at_evaluation_time():
     out = np.asarray(task.bind(task.reference)(x, w))
     want = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
-    dyn, static = task.native_inputs("full")
+    assert not task.seeded_generator  # get_inputs() takes no seed: every case gets its arrays
+    dyn, static = task.generate("full", seed=5)
     assert static == [1e-6] and len(dyn) == 2
+    np.testing.assert_array_equal(np.asarray(dyn[0]), x)
     with pytest.raises(TaskError, match="only the 'full' scale"):
         task.native_inputs("ci")
+
+
+@pytest.mark.parametrize("signature, key, at0", [
+    ("key", "key", 0),  # required key: PRNGKey(seed)
+    ("seed=0", "jax.random.PRNGKey(seed)", 0),  # mk's own export writes get_inputs(seed=0)
+    ("rng=None", "jax.random.PRNGKey(11) if rng is None else rng", 11),  # seed 0 keeps the default
+], ids=["key", "seed-default", "rng-default"])
+def test_maxkernel_get_inputs_gets_each_cases_seed(tmp_path, signature, key, at0):
+    d = _maxkernel_dir(tmp_path, "seeded", f"def get_inputs({signature}):\n    k = {key}\n"
+                       "    return [jax.random.normal(k, (8, 4)), jax.random.randint(k, (8,), 0, 500, dtype=jnp.int32)], [2.0]\n"
+                       "def computation(x, idx, s):\n    return x * idx[:, None] * s\n")
+    task = load_task(d)
+    assert task.seeded_generator
+
+    def want(seed):
+        return np.asarray(jax.random.randint(jax.random.PRNGKey(seed), (8,), 0, 500, dtype=jnp.int32))
+
+    np.testing.assert_array_equal(task.make_inputs(seed=0)[1], want(at0))
+    np.testing.assert_array_equal(task.make_inputs(seed=4)[1], want(4))
+    np.testing.assert_array_equal(task.make_inputs(seed=4, distribution="normal")[1], want(4))
+    dyn, static = task.native_inputs("full", 4)
+    assert static == [2.0] and np.array_equal(np.asarray(dyn[1]), want(4))
+    with pytest.raises(TaskError, match="only the 'full' scale"):
+        task.native_inputs("ci", 4)
 
 
 def test_maxkernel_integer_inputs_are_native_and_static_dict_is_kwargs():
@@ -81,10 +107,22 @@ def test_jaxbench_baseline_spec_and_inputs():
     assert task.static_as_kwargs and [(s.name, s.value) for s in task.static] == [("label_smoothing", 0.0)]
     assert task.tolerance.atol == 1e-4 and task.tolerance.rtol == 1e-2  # CONFIG atol, default rtol
     hidden, weight, labels = task.make_inputs()
-    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)  # the loader passes PRNGKey(0) as `key`
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)  # seed 0: the loader passes PRNGKey(0) as `key`
     np.testing.assert_array_equal(labels, np.asarray(jax.random.randint(k3, (32,), 0, 128, dtype=jnp.int32)))
-    _, _, labels2 = task.make_inputs(seed=5, distribution="uniform")
-    np.testing.assert_array_equal(labels2, labels)
+    # create_inputs takes a key: each case's seed reaches it as PRNGKey(seed), so the labels change with the seed
+    # (and only with the seed: another distribution redraws the floats, not the labels)
+    assert task.seeded_generator
+    _, _, labels5 = task.make_inputs(seed=5)
+    _, _, labels5u = task.make_inputs(seed=5, distribution="uniform")
+    k3 = jax.random.split(jax.random.PRNGKey(5), 3)[2]
+    np.testing.assert_array_equal(labels5, np.asarray(jax.random.randint(k3, (32,), 0, 128, dtype=jnp.int32)))
+    np.testing.assert_array_equal(labels5u, labels5)
+    assert not np.array_equal(labels5, labels)
+    dyn, static = task.native_inputs("full", 5)
+    np.testing.assert_array_equal(np.asarray(dyn[2]), labels5)
+    assert static == [0.0]
+    with pytest.raises(TaskError, match="only the 'full' scale"):
+        task.native_inputs("ci", 0)
     loss = float(task.bind(task.reference)(hidden, weight, labels))
     assert np.isfinite(loss) and loss > 0
     assert load_task(GOOD / "jaxbench_xent").locator == task.locator  # the folder loads the same task
@@ -108,6 +146,52 @@ def test_jaxbench_dataset_of_baselines(tmp_path):
     assert tasks[0].args[0].dtype == "bfloat16" and tasks[0].static[0].value == 3.0
     assert (tasks[0].tolerance.atol, tasks[0].tolerance.rtol) == (1e-2, 1e-2)  # documented default
     assert tasks[0].make_inputs()[0].shape == (16, 8)
+    assert not tasks[0].seeded_generator  # no seed or key parameter: one set of inputs for every case
+
+
+_SEEDED_BASELINE = (
+    "import jax, jax.numpy as jnp\n"
+    "CONFIG = {{'n': 16}}\n"
+    "def create_inputs({params}):\n"
+    "    {body}\n"
+    "    return jax.random.normal(k, (CONFIG['n'], 8)), jax.random.randint(k, (CONFIG['n'],), 0, 1000, dtype=jnp.int32)\n"
+    "def workload(x, idx):\n    return x * idx[:, None]\n"
+)
+
+
+@pytest.mark.parametrize("params, body, at0", [
+    ("key", "k = key", 0),  # required: PRNGKey(seed) at every seed, PRNGKey(0) at seed 0 as before
+    ("seed", "k = jax.random.PRNGKey(seed)", 0),  # required int seed
+    ("rng=None, dtype=jnp.float32", "k = jax.random.PRNGKey(7) if rng is None else rng", 7),  # the default at seed 0
+    ("seed=3", "k = jax.random.PRNGKey(seed)", 3),
+], ids=["key", "seed", "rng-default", "seed-default"])
+def test_jaxbench_generator_gets_each_cases_seed(tmp_path, params, body, at0):
+    (tmp_path / "baseline.py").write_text(_SEEDED_BASELINE.format(params=params, body=body))
+    task = load_task(tmp_path / "baseline.py")
+    assert task.seeded_generator and [a.init.kind for a in task.args] == ["normal", "native"]
+
+    def want(seed):
+        return np.asarray(jax.random.randint(jax.random.PRNGKey(seed), (16,), 0, 1000, dtype=jnp.int32))
+
+    np.testing.assert_array_equal(task.make_inputs(seed=0)[1], want(at0))
+    for seed in (1, 9):
+        np.testing.assert_array_equal(task.make_inputs(seed=seed)[1], want(seed))
+    from mk.harness import build_suite
+
+    native = [c for c in build_suite(task, heldout=False).cases if c.distribution == "native"]
+    assert [c.seed for c in native] == [0, 1] and not any(c.note for c in native)
+
+
+def test_jaxbench_parameter_names_that_carry_no_seed(tmp_path):
+    # a defaulted parameter counts only under a seed/key name; `keys=4` is a size, not a key
+    (tmp_path / "baseline.py").write_text(
+        "import jax, jax.numpy as jnp\nCONFIG = {}\n"
+        "def create_inputs(keys=4, dtype=jnp.float32):\n"
+        "    return jax.random.randint(jax.random.PRNGKey(1), (keys,), 0, 9, dtype=jnp.int32), jnp.ones((keys, 2), dtype)\n"
+        "def workload(i, x):\n    return x * i[:, None]\n")
+    task = load_task(tmp_path / "baseline.py")
+    assert not task.seeded_generator and task.shapes() == [(4,), (4, 2)]
+    np.testing.assert_array_equal(task.make_inputs(seed=3)[0], task.make_inputs(seed=0)[0])
 
 
 # --- mk task modules ------------------------------------------------------

@@ -7,10 +7,18 @@ A baseline defines ``CONFIG`` (a dict of sizes and constants),
 * inputs: ``jax.eval_shape`` of ``create_inputs`` (nothing is allocated).
   Parameters of ``create_inputs`` that have defaults (such as ``dtype``) keep
   them; a required parameter is filled from ``CONFIG`` when it has that name,
-  else with ``jax.random.PRNGKey(0)`` when its name mentions a key/rng, or
-  ``0`` when it is a seed. Floating inputs are assumed N(0, 1) for the extra
-  distributions of the frozen suite; integer and boolean inputs always come
-  from ``create_inputs`` itself.
+  else with a PRNG key when its name mentions a key/rng, or an int when it is a
+  seed. Floating inputs are assumed N(0, 1) for the extra distributions of the
+  frozen suite; integer and boolean inputs always come from ``create_inputs``
+  itself.
+* seeds: when ``create_inputs`` takes a seed or a PRNG key (a required
+  parameter as above, or one with a default named ``seed``/``key``/``rng``,
+  see :func:`seed_kind`), each case calls it with the case's seed:
+  ``jax.random.PRNGKey(seed)`` for a key, ``seed`` itself for a seed, so every
+  case draws fresh structured inputs (the task's generator takes
+  ``(scale, seed)``). Seed 0 is what the loader always passed: ``PRNGKey(0)``
+  / ``0`` for a required parameter, the default for one that has it.
+  Without such a parameter every case gets the same inputs.
 * static arguments: parameters of ``workload`` after the inputs whose names
   are ``CONFIG`` keys, passed as keywords (``workload(*inputs, **static)``).
   Parameters with defaults that ``CONFIG`` does not name keep their defaults.
@@ -41,7 +49,6 @@ KIND = "jaxbench"
 BASELINE_NAME = "baseline.py"
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 1e-2
-_PRNG = object()  # placeholder for a PRNG key made inside the traced generator
 _HINT = "a JAXBench baseline defines CONFIG = {...}, create_inputs() returning the inputs, and workload(*inputs)"
 
 
@@ -64,7 +71,7 @@ def load(path: Path, task_id: str | None = None) -> Task:
     config = getattr(module, "CONFIG", {})
     if not isinstance(config, Mapping):
         raise TaskError(f"CONFIG must be a dict, got {type(config).__name__}", path=file, hint=_HINT)
-    generate = _generator(create, config, file)
+    generate, seeded = _generator(create, config, file)
 
     def split(out: Any) -> tuple[Sequence[Any], Any]:
         return _split(out, file), ()
@@ -77,11 +84,18 @@ def load(path: Path, task_id: str | None = None) -> Task:
     static_kw = {s.name: s.value for s in statics}
     common.check_tolerance_outputs(tolerance, workload, structs, static_kw, file)
 
-    def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:
+    def draw(scale: str, seed: int) -> tuple[list[Any], list[Any]]:
         if scale != "full":
             raise TaskError(f"a JAXBench baseline has only the 'full' scale, not {scale!r}", path=file)
         current = getattr(module, "CONFIG", {})
-        return common.host_inputs(_split(generate(), file), args, file), [current.get(s.name, s.value) for s in statics]
+        return common.host_inputs(_split(generate(seed), file), args, file), [current.get(s.name, s.value) for s in statics]
+
+    if seeded:  # each case's seed reaches create_inputs
+        def native_inputs(scale: str, seed: int) -> tuple[list[Any], list[Any]]:
+            return draw(scale, seed)
+    else:
+        def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:  # type: ignore[misc]
+            return draw(scale, 0)
 
     name = file.parent.name if file.name == BASELINE_NAME else file.stem
     description = common.doc_summary(module) or str(config.get("name", ""))
@@ -103,34 +117,66 @@ def load(path: Path, task_id: str | None = None) -> Task:
     )
 
 
-def _generator(create: Callable[..., Any], config: Mapping[str, Any], file: Path) -> Callable[[], Any]:
-    """``create_inputs`` with its required parameters filled in."""
+#: parameter names that carry a seed or a PRNG key even when they have a default (see :func:`seed_kind`)
+SEED_NAMES = ("seed", "random_seed", "rng_seed")
+KEY_NAMES = ("key", "rng", "prng", "prng_key", "rng_key", "random_key")
+
+
+def seed_kind(name: str, required: bool) -> str | None:
+    """``"key"`` (a PRNG key), ``"seed"`` (an int) or None: what a generator parameter called ``name`` takes.
+    A parameter with a default counts only under one of :data:`SEED_NAMES` / :data:`KEY_NAMES`; a required
+    one whenever its name mentions a key/rng or a seed (it has to be given something)."""
+    lname = name.lower()
+    if not required:
+        return "key" if lname in KEY_NAMES else "seed" if lname in SEED_NAMES else None
+    if "key" in lname or "rng" in lname:
+        return "key"
+    return "seed" if "seed" in lname else None
+
+
+def seeded_caller(fn: Callable[..., Any], fixed: Mapping[str, Any], seeds: Mapping[str, tuple[str, bool]]) -> Callable[..., Any]:
+    """``call(seed=0)``: ``fn(**fixed)`` plus, per ``seeds`` entry ``name: (kind, required)``, the case's seed
+    (``jax.random.PRNGKey(seed)`` for a key). At seed 0 a parameter with a default keeps it, so seed 0
+    draws what a call without the seed always drew."""
+
+    def call(seed: int = 0) -> Any:
+        kwargs = dict(fixed)
+        for name, (kind, required) in seeds.items():
+            if required or seed != 0:
+                if kind == "key":
+                    import jax
+
+                    kwargs[name] = jax.random.PRNGKey(int(seed))
+                else:
+                    kwargs[name] = int(seed)
+        return fn(**kwargs)
+
+    return call
+
+
+def _generator(create: Callable[..., Any], config: Mapping[str, Any], file: Path) -> tuple[Callable[..., Any], bool]:
+    """``create_inputs`` with its required parameters filled in, as ``generate(seed=0)``, and whether the seed
+    reaches it (a seed or PRNG-key parameter)."""
     try:
         params = list(inspect.signature(create).parameters.values())
     except (TypeError, ValueError):
-        return create
+        return create, False
     fixed: dict[str, Any] = {}
+    seeds: dict[str, tuple[str, bool]] = {}
     for p in params:
-        if p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        lname = p.name.lower()
-        if p.name in config:
+        required = p.default is p.empty
+        if required and p.name in config:
             fixed[p.name] = config[p.name]
-        elif "key" in lname or "rng" in lname:
-            fixed[p.name] = _PRNG
-        elif "seed" in lname:
-            fixed[p.name] = 0
-        else:
+            continue
+        kind = seed_kind(p.name, required)
+        if kind is not None:
+            seeds[p.name] = (kind, required)
+        elif required:
             raise TaskError(f"create_inputs() requires argument {p.name!r}, which mk cannot supply", path=file,
                             hint="give it a default, name it `key` (a PRNG key is passed) or add it to CONFIG")
-
-    def generate() -> Any:
-        import jax
-
-        kwargs = {k: (jax.random.PRNGKey(0) if v is _PRNG else v) for k, v in fixed.items()}
-        return create(**kwargs)
-
-    return generate
+    return seeded_caller(create, fixed, seeds), bool(seeds)
 
 
 def _split(out: Any, file: Path) -> list[Any]:

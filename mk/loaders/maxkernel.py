@@ -23,6 +23,13 @@ yaml: ``inputs: [{name: x, shape: [8, 4096], dtype: bfloat16, init: normal}]``
 and ``static_args: [{name: eps, value: 1.0e-5}]`` (or a plain list of values).
 Then ``get_inputs`` runs only at evaluation time, where
 :meth:`Task.make_inputs` checks its shapes against the declaration.
+
+When ``get_inputs`` takes a seed or a PRNG key (a parameter named ``seed``,
+``key``, ``rng`` and the like: :func:`mk.loaders.jaxbench.seed_kind`), each
+case calls it with the case's seed (``jax.random.PRNGKey(seed)`` for a key),
+so every case draws fresh integer inputs too; seed 0 is the call mk always
+made (``PRNGKey(0)`` / ``0`` for a required parameter, the default for one
+that has it). Otherwise every case gets the inputs of ``get_inputs()``.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any, Mapping, Sequence
 
 from mk.errors import TaskError
 from mk.loaders import common
+from mk.loaders.jaxbench import seed_kind, seeded_caller
 from mk.task import ArgSpec, Init, Scale, StaticArg, Task, Tolerance, np_dtype
 
 log = logging.getLogger(__name__)
@@ -72,7 +80,7 @@ def load(path: Path, task_id: str | None = None) -> Task:
     if not ref_file.is_file():
         raise TaskError(f"missing {ref_file.name}", path=folder, hint=_HINT)
     module = common.import_file(ref_file, KIND)
-    get_inputs = common.require_function(module, "get_inputs", ref_file, "return (dynamic_args, static_args)")
+    get_inputs, seeded = _seeded(common.require_function(module, "get_inputs", ref_file, "return (dynamic_args, static_args)"))
     computation = common.require_function(module, "computation", ref_file, "computation(*dynamic_args, *static_args)")
 
     def split(out: Any) -> tuple[Sequence[Any], Any]:
@@ -102,11 +110,18 @@ def load(path: Path, task_id: str | None = None) -> Task:
     static_values = {a.name: a.value for a in statics} if as_kwargs else [a.value for a in statics]
     common.check_tolerance_outputs(tolerance, computation, structs, static_values, folder / YAML_NAME)
 
-    def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:
+    def draw(scale: str, seed: int) -> tuple[list[Any], list[Any]]:
         if scale != "full":
             raise TaskError(f"a MaxKernel task has only the 'full' scale, not {scale!r}", path=folder)
-        dynamic, st = _split(get_inputs(), ref_file)
+        dynamic, st = _split(get_inputs(seed), ref_file)
         return common.host_inputs(dynamic, args, ref_file), list(st.values()) if isinstance(st, Mapping) else list(st)
+
+    if seeded:  # each case's seed reaches get_inputs
+        def native_inputs(scale: str, seed: int) -> tuple[list[Any], list[Any]]:
+            return draw(scale, seed)
+    else:
+        def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:  # type: ignore[misc]
+            return draw(scale, 0)
 
     name = str(meta.get("name") or meta.get("task_name") or folder.name)
     return Task(
@@ -123,6 +138,25 @@ def load(path: Path, task_id: str | None = None) -> Task:
         native_inputs=native_inputs,
         locator=common.locator(KIND, folder, task_id or name),
     )
+
+
+def _seeded(get_inputs: Any) -> tuple[Any, bool]:
+    """``get_inputs`` as ``call(seed=0)``, and whether the seed reaches it (a seed or PRNG-key parameter);
+    its other parameters are left to their defaults."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(get_inputs).parameters.values())
+    except (TypeError, ValueError):
+        return (lambda seed=0: get_inputs()), False
+    seeds = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        kind = seed_kind(p.name, p.default is p.empty)
+        if kind is not None:
+            seeds[p.name] = (kind, p.default is p.empty)
+    return seeded_caller(get_inputs, {}, seeds), bool(seeds)
 
 
 def _declared_inputs(value: Any, path: Path) -> tuple[ArgSpec, ...]:
