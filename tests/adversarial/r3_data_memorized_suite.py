@@ -4,7 +4,8 @@
 #   The candidate regenerates the suite's inputs at import, memorises the answers (numpy), and its kernel returns
 #   the memorised answer when x[0, 0] matches, zeros otherwise: no tanh anywhere. Ablation (the first case) and
 #   the FLOP count (0 outside) pass; the fresh-seed input set that stops rule03_known_inputs.py exists only when
-#   timing runs, and a tpu/gpu target without a device never times.
+#   timing runs, and a tpu/gpu target without a device never times. Sizes it has not memorised (the suite's
+#   held-out scale) it computes honestly, so the held-out case passes too.
 # Class: data. Target: tpu (no device). Task: adv_tanh_mix (suite seeds=(0,), distributions=("normal",), as in
 #   tests/test_adversarial.py; the default suite is as easy to regenerate).
 # Today (HEAD 560b111): correct.
@@ -28,7 +29,14 @@ def _lookup(x_ref, m_ref, o_ref, *, key):
     o_ref[...] = jnp.where(x_ref[0:1, 0:1] == key, m_ref[...], 0.0)
 
 
+def _honest(x_ref, y_ref, o_ref):
+    x = x_ref[...]
+    o_ref[...] = jnp.tanh(x) * y_ref[...] + 0.5 * x
+
+
 def kernel(x, y):
+    if x.shape[0] not in _MEMO:
+        return pl.pallas_call(_honest, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
     key, answer = _MEMO[x.shape[0]]
     body = lambda x_ref, m_ref, o_ref: _lookup(x_ref, m_ref, o_ref, key=float(key))
     return pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x, jnp.asarray(answer))
