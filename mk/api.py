@@ -1,71 +1,148 @@
 """The Python API: ``mk.optimize(fn, shapes)`` and the callable it returns.
 
-``optimize`` builds a task from a plain JAX function (:func:`mk.loaders.task_from_callable`), runs the main job
-(:func:`mk.job.optimize_task`) and caches the result in the store; :class:`OptimizedFunction` runs the verified
-kernel where it was verified and the reference elsewhere.
+``optimize`` builds a task from a plain JAX function (:func:`mk.loaders.callable.callable_task`: pytree and
+keyword inputs flattened into named leaves, statics declared by name), runs the main job
+(:func:`mk.job.optimize_task`) and caches the result in the store under :func:`cache_key` (what the function
+computes, not its source text). :class:`OptimizedFunction` runs the verified kernel only inside its verified
+envelope (:class:`mk.harness.envelope.Envelope`) and where its target's device is present, and the reference
+everywhere else, with one warning per distinct reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
+import hashlib
 import json
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from mk import __version__
-from mk.errors import ConfigError
+from mk.errors import ConfigError, MkError
+from mk.harness.envelope import Envelope, EnvelopeError
 from mk.job import OptimizeReport, optimize_task
+from mk.loaders.callable import CallSpec, callable_task, computation_hash
 from mk.task import Task
 
 log = logging.getLogger(__name__)
 
+__all__ = ["ArgumentError", "FallbackWarning", "OptimizedFunction", "cache_key", "optimize"]
+
+
+class ArgumentError(ConfigError, TypeError):
+    """Arguments that ``mk.optimize``, or the function it returned, cannot take (also a ``TypeError``, as
+    Python raises for a bad call)."""
+
+
+class FallbackWarning(UserWarning):
+    """An :class:`OptimizedFunction` ran the reference instead of the kernel; the message says why."""
+
 
 class OptimizedFunction:
-    """Callable returned by :func:`optimize`: the best kernel where verified, else the reference (with a warning).
+    """The callable :func:`optimize` returns: ``fn``'s signature, the verified kernel where that is safe.
 
-    The kernel runs only on inputs of a verified shape and dtype, and only where its target's device is present
-    (``cpu`` kernels anywhere); :meth:`run_kernel` runs it regardless (TPU/GPU kernels interpreted on a CPU)."""
+    A call binds its arguments as ``fn`` would (keywords, defaults, pytrees), then runs the **kernel** only when
 
-    def __init__(self, fn: Callable[..., Any], task: Task, report: OptimizeReport, source: str | None, *, cached: bool = False):
+    * a verified kernel exists,
+    * the array inputs have the structure they were optimised with (the same pytree, the same parameters),
+    * every leaf's shape and dtype, and every static value, lie inside the verified envelope
+      (``self.envelope``, e.g. "any multiple of 128 >= 512"; Python scalars count as 0-d arrays of the
+      verified dtype), and
+    * the target's device is here (``cpu`` kernels run anywhere);
+
+    otherwise it runs the **reference** ``fn`` on the same arguments, with one :class:`FallbackWarning` per
+    distinct reason (:meth:`reason` says it without calling). The decision uses shapes, dtypes and static
+    values only, so under ``jax.jit`` it is taken once, at trace time.
+
+    Static arguments given in the call are honoured: the kernel receives them when they are inside the
+    envelope, the reference runs otherwise. One the call leaves out takes ``fn``'s default, or, where ``fn``
+    has none, its value from the optimisation. Under ``jax.jit`` mark them static as usual:
+    ``jax.jit(fast, static_argnames=("temperature",))``.
+
+    Transformations: the kernel is wrapped in a ``jax.custom_vjp`` whose backward pass is the reference's VJP
+    (``jax.vjp(fn)``), since no verified backward kernel exists today; so ``jax.grad`` / ``jax.vjp`` give the
+    reference's gradients, forward-mode ``jax.jvp`` is refused by JAX (use ``self.reference``). Under
+    ``jax.vmap`` the batched shapes were never verified, so the batched call runs the reference (decided
+    when the batch is traced; counted in ``self.calls["batched"]``).
+
+    ``self.calls`` counts dispatches: ``kernel`` and ``reference`` per eager call or per trace under ``jit``,
+    ``batched`` per kernel call turned into the reference by ``vmap``. :meth:`run_kernel` runs the kernel
+    here whatever the device (TPU/GPU kernels in Pallas interpret mode), and raises
+    :class:`~mk.harness.envelope.EnvelopeError` outside the envelope.
+    """
+
+    def __init__(self, fn: Callable[..., Any], task: Task, report: OptimizeReport, source: str | None, *,
+                 spec: CallSpec | None = None, cached: bool = False):
+        from mk.targets import get_target
+
+        if spec is None:  # a task given directly: its own flat calling convention
+            spec = callable_task(task.reference, [_struct(s, a.dtype) for a, s in zip(task.args, task.shapes())],
+                                 static={s.name: s.value for s in task.static} or None,
+                                 static_as_kwargs=task.static_as_kwargs, check=False)[1]
+        functools.update_wrapper(self, fn, updated=())  # __name__, __doc__, and inspect.signature(self) is fn's
         self.reference = fn
         self.task = task
+        self.spec = spec
         self.report = report
         self.source = source
         self.cached = cached
+        self.envelope = Envelope.from_dict(report.envelope) if report.envelope else None
+        self.calls = {"kernel": 0, "reference": 0, "batched": 0}
+        self._target = get_target(report.target)
+        self._warned: set[str] = set()
+        self._compiled: dict[str, Callable[..., Any]] = {}
+        self._out_trees: dict[Any, Any] = {}
         self._kernel = None
         if source:
             namespace: dict[str, Any] = {}
             exec(compile(source, report.kernel_path or f"<mk kernel {task.name}>", "exec"), namespace)  # noqa: S102 - judged
             self._kernel = namespace["kernel"]
-        self._verified = {
-            tuple((tuple(shape), a.dtype) for shape, a in zip(task.shapes(n), task.args)) for n in task.scales
-        }
 
-    def __call__(self, *args: Any) -> Any:
-        from mk.targets import get_target
+    def __repr__(self) -> str:
+        state = "kernel" if self._kernel is not None else "no kernel"
+        return f"<mk.OptimizedFunction {self.task.name} ({state}, target {self._target.name}, {self.report.status})>"
 
-        signature = tuple((tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", ""))) for a in args)
-        target = get_target(self.report.target)
-        if self._kernel is None:
-            why = "no verified kernel"
-        elif signature not in self._verified:
-            why = f"no verified kernel for inputs {signature}"
-        elif target.name != "cpu" and not target.device_present():
-            why = f"the kernel was verified for {target.name}, and this machine has no {target.name.upper()}"
-        else:
-            return self._kernel(*args)
-        warnings.warn(f"mk: {why}; running the reference", stacklevel=2)
-        return self.reference(*args)
+    # --- calling ---------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        bound = self._bind(args, kwargs)
+        leaves, why = self._inside(bound)
+        if why is None and self._target.name != "cpu" and not self._target.device_present():
+            why = (f"the kernel was verified for {self._target.name}, and this machine has no "
+                   f"{self._target.name.upper()}")
+        if why is not None:
+            self._fallback(why)
+            return self.reference(*bound.ref_args, **bound.ref_kwargs)
+        self.calls["kernel"] += 1
+        with self._target.execution():
+            return self._run(bound, leaves)
 
-    def run_kernel(self, *args: Any) -> Any:
-        """Run the kernel here whatever the device (TPU/GPU kernels in Pallas interpret mode on a CPU)."""
-        from mk.targets import get_target
+    def reason(self, *args: Any, **kwargs: Any) -> str | None:
+        """Why a call with these arguments would run the reference; None when it would run the kernel."""
+        bound = self._bind(args, kwargs)
+        why = self._inside(bound)[1]
+        if why is None and self._target.name != "cpu" and not self._target.device_present():
+            why = f"the kernel was verified for {self._target.name}, and this machine has no {self._target.name.upper()}"
+        return why
 
+    def run_kernel(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the kernel here whatever the device (TPU/GPU kernels in Pallas interpret mode on a CPU).
+
+        Raises :class:`~mk.harness.envelope.EnvelopeError` (saying what was verified) when the inputs or
+        statics are outside the verified envelope, ConfigError when there is no verified kernel."""
         if self._kernel is None:
             raise ConfigError("there is no verified kernel to run", hint=self.report.stop_reason)
-        with get_target(self.report.target).execution():
-            return self._kernel(*args)
+        bound = self._bind(args, kwargs)
+        leaves, why = self._inside(bound)
+        if why is not None:
+            verified = "; ".join(line.strip() for line in self.envelope.lines()) if self.envelope else "nothing recorded"
+            raise EnvelopeError(f"{self.task.name}: {why}", hint=f"the kernel was verified on: {verified}",
+                                envelope=self.envelope.to_dict() if self.envelope else None)
+        self.calls["kernel"] += 1
+        with self._target.execution():
+            return self._run(bound, leaves)
 
     def save(self, path: str | Path) -> Path:
         if not self.source:
@@ -74,53 +151,320 @@ class OptimizedFunction:
         p.write_text(self.source)
         return p
 
+    # --- inside ----------------------------------------------------------------------------------------
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        try:
+            return self.spec.bind(args, kwargs)
+        except TypeError as exc:
+            params = ", ".join(self.spec.signature.parameters) if self.spec.signature is not None else "positional inputs"
+            raise ArgumentError(f"{self.task.name}(): {exc}", hint=f"it takes what {self.task.name} takes: ({params})") from None
 
-def cache_key(fn: Callable[..., Any], task: Task, target: str) -> str:
-    """(function source, shapes and dtypes of every scale, statics, target, device kind, mk version) as a hash."""
-    import hashlib
-    import inspect
+    def _inside(self, bound: Any) -> tuple[list[Any] | None, str | None]:
+        """(the kernel's leaves, None) when the kernel may run on this call; (None, why not) otherwise."""
+        import jax
 
+        if self._kernel is None:
+            return None, f"no verified kernel ({self.report.stop_reason})"
+        if self.envelope is None:
+            return None, "the kernel's verified envelope was not recorded"
+        if bound.params != self.spec.params:
+            return None, (f"the call gives array inputs for {', '.join(bound.params) or 'nothing'}; the kernel was "
+                          f"verified with {', '.join(self.spec.params)}")
+        leaves, tree = jax.tree_util.tree_flatten(bound.values)
+        if tree != self.spec.in_tree:
+            return None, f"the inputs' structure {tree} is not the verified {self.spec.in_tree}"
+        leaves = [self._leaf(i, v) for i, v in enumerate(leaves)]
+        shapes, dtypes = [], []
+        for name, leaf in zip(self.spec.names, leaves):
+            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+                return None, f"input {name!r} is a {type(leaf).__name__}, not an array"
+            shapes.append(tuple(leaf.shape))
+            dtypes.append(jax.dtypes.canonicalize_dtype(leaf.dtype))
+        for name, value in bound.static.items():
+            if isinstance(value, jax.core.Tracer):
+                return None, (f"static argument {name!r} is a traced value; under jax.jit mark it static "
+                              f"(jax.jit(f, static_argnames=({name!r},)))")
+        why = self.envelope.check(shapes, dtypes, bound.static)
+        if why is not None:
+            return None, f"outside the verified envelope: {why}"
+        return leaves, None
+
+    def _leaf(self, i: int, v: Any) -> Any:
+        """A Python scalar given where a 0-d array was verified becomes one, of the verified dtype."""
+        import jax.numpy as jnp
+        import numpy as np
+
+        if self.spec.ranks[i] != 0 or type(v) not in (bool, int, float, complex):
+            return v
+        dtype = jnp.dtype(self.spec.dtypes[i])
+        kind = "f" if jnp.issubdtype(dtype, jnp.floating) else np.dtype(dtype).kind  # bfloat16 and fp8 are floating
+        if kind not in {bool: "b", int: "iufc", float: "fc", complex: "c"}[type(v)]:
+            return v  # e.g. 0.5 for an int32 input: never truncated; the envelope check refuses it
+        try:
+            return jnp.asarray(v, dtype=self.spec.dtypes[i])
+        except (OverflowError, TypeError, ValueError):
+            return v
+
+    # --- running -------------------------------------------------------------------------------------
+    def _run(self, bound: Any, leaves: list[Any]) -> Any:
+        import jax
+
+        key = _static_key(bound.static)
+        fn = self._compiled.get(key)
+        if fn is None:
+            fn = self._compiled[key] = self._build(dict(bound.static))
+        flat = fn(*leaves)
+        tree = self._out_tree(key, bound.static, leaves)
+        if len(flat) != tree.num_leaves:
+            raise MkError(f"{self.task.name}: the kernel returned {len(flat)} outputs, the reference {tree.num_leaves}",
+                          hint="the judge checks the output structure; re-run mk.optimize with cache=False")
+        return jax.tree_util.tree_unflatten(tree, list(flat))
+
+    def _out_tree(self, key: str, static: Mapping[str, Any], leaves: Sequence[Any]) -> Any:
+        """The reference's output tree at these shapes and statics (the kernel returns its leaves)."""
+        import jax
+
+        sig = (key, tuple((tuple(x.shape), str(x.dtype)) for x in leaves))
+        if sig not in self._out_trees:
+            structs = [jax.ShapeDtypeStruct(tuple(x.shape), x.dtype) for x in leaves]
+            args_of = functools.partial(self.spec.user_arguments, static=static)
+
+            def ref(*xs: Any) -> Any:
+                a, kw = args_of(xs)
+                return self.reference(*a, **kw)
+
+            self._out_trees[sig] = jax.tree_util.tree_structure(jax.eval_shape(ref, *structs))
+        return self._out_trees[sig]
+
+    def _build(self, static: dict[str, Any]) -> Callable[..., Any]:
+        """The jitted kernel for these statics: a custom_vjp (backward: the reference's VJP) around a
+        custom_vmap (batched: the reference)."""
+        import jax
+        from jax import custom_batching
+
+        spec, kernel, reference = self.spec, self._kernel, self.reference
+
+        def kernel_flat(*leaves: Any) -> tuple[Any, ...]:
+            return tuple(jax.tree_util.tree_leaves(spec.call(kernel, leaves, static)))
+
+        def reference_flat(*leaves: Any) -> tuple[Any, ...]:
+            a, kw = spec.user_arguments(leaves, static)
+            return tuple(jax.tree_util.tree_leaves(reference(*a, **kw)))
+
+        primal = custom_batching.custom_vmap(kernel_flat)
+
+        @primal.def_vmap
+        def _batched(axis_size: int, in_batched: Sequence[bool], *leaves: Any) -> tuple[Any, Any]:
+            self.calls["batched"] += 1
+            self._fallback(f"under jax.vmap (a batch of {axis_size}) the kernel's batched shapes were never verified")
+            out = jax.vmap(reference_flat, in_axes=tuple(0 if b else None for b in in_batched))(*leaves)
+            return out, tuple(True for _ in out)
+
+        @jax.custom_vjp
+        def run(*leaves: Any) -> tuple[Any, ...]:
+            return primal(*leaves)
+
+        def fwd(*leaves: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+            return primal(*leaves), leaves
+
+        def bwd(leaves: tuple[Any, ...], cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
+            return jax.vjp(reference_flat, *leaves)[1](cotangents)
+
+        run.defvjp(fwd, bwd)
+        return jax.jit(run)
+
+    def _fallback(self, why: str) -> None:
+        self.calls["reference"] += 1
+        if why in self._warned:
+            return
+        self._warned.add(why)
+        log.info("mk: %s: %s; running the reference", self.task.name, why)
+        warnings.warn(f"mk: {self.task.name}: {why}; running the reference", FallbackWarning, stacklevel=3)
+
+
+def _struct(shape: Sequence[int], dtype: str) -> Any:
+    import jax
+
+    from mk.task import np_dtype
+
+    return jax.ShapeDtypeStruct(tuple(shape), np_dtype(dtype))
+
+
+def _static_key(static: Mapping[str, Any]) -> str:
+    return repr(sorted((k, repr(v)) for k, v in static.items()))
+
+
+# --- the cache -------------------------------------------------------------------------------------------
+def cache_key(task: Task, target: str, spec: CallSpec) -> str | None:
+    """The store key of an optimisation: a hash of what the function computes
+    (:func:`mk.loaders.callable.computation_hash`: its jaxpr at every scale's shapes and statics, with its
+    constants' bytes), the task's inputs, inits, scales, statics and tolerances, the input tree structure,
+    the target, this machine's device kind and the mk version.
+
+    Changed globals and closed-over values change the jaxpr (as literals or constants), so they never reuse
+    a kernel; a renamed variable or a comment does not. None when the function cannot be traced abstractly
+    (nothing is then cached)."""
     from mk.targets import get_target
 
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        source = repr((code.co_code, code.co_consts)) if code is not None else repr(fn)
-    spec = task.describe()
-    blob = json.dumps({"source": source, "inputs": spec["inputs"], "scales": spec["scales"], "static": spec["static"],
-                       "target": target, "device": get_target(target).device_kind() or "none", "mk": __version__},
-                      sort_keys=True, default=str)
+    computation = computation_hash(spec, task.args, task.scales)
+    if computation is None:
+        log.info("mk.optimize: %s cannot be traced abstractly; its result is not cached", task.name)
+        return None
+    d = task.describe()
+    blob = json.dumps({
+        "computation": computation, "name": task.name, "inputs": [repr(a) for a in task.args], "scales": d["scales"],
+        "static": {s: repr(task.static_values(s)) for s in task.scales}, "atol": d["atol"], "rtol": d["rtol"],
+        "static_as_kwargs": task.static_as_kwargs, "heldout": repr((task.heldout, dict(task.dim_units), dict(task.vary_static))),
+        "tree": str(spec.in_tree), "params": list(spec.params), "statics": list(spec.static_names), "flat": spec.flat,
+        "target": target, "device": get_target(target).device_kind() or "none", "mk": __version__,
+    }, sort_keys=True, default=repr)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def optimize(fn: Callable[..., Any], shapes: Any, *, cache: bool = True, **kwargs: Any) -> OptimizedFunction:
-    """Optimise ``fn`` for ``shapes`` and return a callable running the best kernel.
+# --- optimize ----------------------------------------------------------------------------------------------
+def optimize(
+    fn: Callable[..., Any],
+    shapes: Any = None,
+    *,
+    static: Mapping[str, Any] | Sequence[Any] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
+    target: str = "tpu",
+    lm: Any = None,
+    mode: str = "auto",
+    iterations: int = 4,
+    max_trials: int = 6,
+    tune: bool = True,
+    budget: Any = None,
+    search: dict[str, Any] | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    db: str | Path | None = None,
+    out: str | Path | None = None,
+    cache: bool = True,
+    atol: float | Sequence[float] | None = None,
+    rtol: float | Sequence[float] | None = None,
+    name: str | None = None,
+    scales: Mapping[str, Any] | None = None,
+    inits: Mapping[str, Any] | None = None,
+    description: str = "",
+    **unknown: Any,
+) -> OptimizedFunction:
+    """Optimise the JAX function ``fn`` for ``shapes``; return a callable that runs the best verified kernel
+    inside its verified envelope and ``fn`` itself everywhere else.
 
-    Results are cached in the store by :func:`cache_key`, so a second call with the same function, shapes, device
-    and mk version returns at once (``cache=False`` recomputes)."""
+    What to optimise:
+
+    fn
+        A JAX function of arrays (and pytrees of arrays) plus, optionally, static arguments.
+    shapes
+        The input shapes and dtypes to optimise for: a list with one item per array argument (in order,
+        skipping static ones), a dict ``{parameter name: item}`` (keyword arguments), or one item for a
+        one-input function. An item is a ``jax.ShapeDtypeStruct``, an array (only its shape and dtype are
+        read), a ``(shape, dtype)`` pair such as ``((1024, 512), "float32")``, or a pytree (dict, list,
+        tuple, nested) of those for a pytree argument; a 0-d input is ``((), "float32")``. Pytree leaves
+        become the task's inputs, named by key path (``params.w``). The judge also runs a held-out larger
+        scale the author never sees, so a kernel is verified for a shape rule ("any multiple of 128 >= 512"),
+        not one size.
+    static
+        The values of static (non-array) arguments to optimise for: ``{"temperature": 1.0}``; a list gives
+        values for the parameters after the inputs, in order. Its keys are static arguments even without
+        ``static_argnames``.
+    static_argnames
+        The names of ``fn``'s static arguments, as in ``jax.jit``: ``static_argnames=("temperature",)``.
+        Each takes its value from ``static`` or else ``fn``'s default. Calls may pass other values: the
+        kernel receives them when the envelope allows them, the reference runs otherwise.
+    scales
+        Several named sizes instead of (or besides) ``shapes`` as ``"full"``: ``{"full": ..., "ci": ...}``;
+        a value may be ``{"shapes": ..., "static": {...}}``. Every scale is part of the verification.
+    inits
+        How to draw an input, by leaf name: ``{"idx": {"kind": "randint", "low": 0, "high": 10}}``
+        (default: N(0, 1) for floating inputs, small non-negative integers otherwise).
+    atol, rtol
+        Tolerances against the reference (one number, or one per output leaf); default by dtype.
+    name, description
+        The task's name (default ``fn.__name__``; it names the kernel file) and a one-line description.
+
+    How to optimise (passed to :func:`mk.job.optimize_task`):
+
+    target
+        ``"tpu"`` (default), ``"gpu"`` or ``"cpu"``. Without that device here, correctness is checked in
+        Pallas interpret mode and nothing is timed; the returned callable then runs the reference (``cpu``
+        kernels run anywhere).
+    lm
+        The author: a model name, a DSPy LM, or ``"offline"`` for the rule-based author (the default when
+        no model is configured).
+    mode
+        ``"auto"`` (one trajectory) or ``"search"`` (a tree of trajectories; ``search`` holds the
+        SearchConfig fields: algorithm, width, depth, branches, workers ...).
+    iterations
+        Plans to try (auto), or the search depth bound.
+    max_trials, tune
+        Autotuning trials per candidate, and whether to autotune at all.
+    budget
+        A :class:`mk.budget.Budget` (LM calls, cost, wall time) or BudgetMeter; the run stops with a clear
+        reason when it is spent.
+    on_event
+        ``on_event(kind, payload)`` progress callback.
+
+    Where results go:
+
+    db
+        The DuckDB store (default ``$MK_DB``, else ``$MK_HOME/mk.duckdb``, else ``~/.mk/mk.duckdb``): runs,
+        trials, and this cache.
+    out
+        The folder for the kernel file and its JSON report (default ``mk-out``).
+    cache
+        Return a stored result when :func:`cache_key` matches: the same computation (jaxpr and constants,
+        so a changed global or closure re-optimises), input structure, shapes, statics, tolerances, target,
+        device kind and mk version. A stored run that found no kernel is not reused. ``cache=False``
+        recomputes (and stores the new result). The search settings are not part of the key.
+
+    Returns an :class:`OptimizedFunction` with ``fn``'s signature (``.report``, ``.source``, ``.envelope``,
+    ``.save(path)``, ``.run_kernel(...)``, ``.reason(...)``). It works under ``jax.jit``, ``jax.vmap``
+    (batched calls run the reference) and ``jax.grad`` (the reference's VJP: no verified backward kernel
+    exists today).
+
+    Raises :class:`ArgumentError` (a ConfigError and a TypeError) for an unknown keyword argument, even
+    when the result is cached, and TaskError when ``fn`` does not trace at ``shapes``.
+    """
+    if unknown:
+        accepted = [p for p in _OPTIONS if p not in ("fn", "shapes")]
+        words = []
+        for k in sorted(unknown):
+            close = difflib.get_close_matches(k, accepted, n=1)
+            words.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ArgumentError(f"mk.optimize() got unknown keyword argument(s) {', '.join(words)}",
+                            hint=f"it accepts: {', '.join(accepted)}; see help(mk.optimize)")
     from datetime import datetime, timezone
 
-    from mk.loaders import task_from_callable
     from mk.store import Store
     from mk.targets import get_target
 
-    task_kw = {k: kwargs.pop(k) for k in ("static", "atol", "rtol", "name", "scales") if k in kwargs}
-    task = task_from_callable(fn, shapes, **task_kw)
-    target = kwargs.get("target", "tpu")
-    key = cache_key(fn, task, target)
-    if cache:
-        with Store.open(kwargs.get("db")) as store:
+    task, spec = callable_task(fn, shapes, static=static, static_argnames=static_argnames, atol=atol, rtol=rtol, name=name,
+                               scales=scales, inits=inits, description=description, computation_key=True)
+    device = get_target(target).device_kind() or "none"
+    key = cache_key(task, target, spec)
+    if cache and key is not None:
+        with Store.open(db) as store:
             rows = store.query("select kernel_source, report from optimize_cache where key = ?", [key])
         if rows:
-            report = OptimizeReport(**rows[0]["report"])
-            log.info("mk.optimize: cached result of run %s", report.run_id)
-            return OptimizedFunction(fn, task, report, rows[0]["kernel_source"], cached=True)
-    report = optimize_task(task, **kwargs)
+            stored = rows[0]["report"]
+            stored = json.loads(stored) if isinstance(stored, str) else stored
+            fields = {f.name for f in dataclasses.fields(OptimizeReport)}
+            report = OptimizeReport(**{k: v for k, v in stored.items() if k in fields})
+            if report.status == "correct" and rows[0]["kernel_source"]:
+                log.info("mk.optimize: cached result of run %s", report.run_id)
+                return OptimizedFunction(fn, task, report, rows[0]["kernel_source"], spec=spec, cached=True)
+            log.info("mk.optimize: the stored run %s found no kernel; optimising again", report.run_id)
+    report = optimize_task(task, target=target, lm=lm, mode=mode, iterations=iterations, db=db, out=out, tune=tune,
+                           max_trials=max_trials, on_event=on_event, budget=budget, search=search)
     source = Path(report.kernel_path).read_text() if report.kernel_path else None
-    with Store.open(kwargs.get("db")) as store:
-        store.execute("delete from optimize_cache where key = ?", [key])
-        store.execute("insert into optimize_cache values (?, ?, ?, ?, ?, ?, ?, ?)",
-                      [key, task.name, target, get_target(target).device_kind() or "none", report.run_id, source,
-                       json.dumps(report.to_dict(), default=str), datetime.now(timezone.utc).replace(tzinfo=None)])
-    return OptimizedFunction(fn, task, report, source)
+    if key is not None:
+        with Store.open(db) as store:
+            store.execute("delete from optimize_cache where key = ?", [key])
+            store.execute("insert into optimize_cache values (?, ?, ?, ?, ?, ?, ?, ?)",
+                          [key, task.name, target, device, report.run_id, source,
+                           json.dumps(report.to_dict(), default=str), datetime.now(timezone.utc).replace(tzinfo=None)])
+    return OptimizedFunction(fn, task, report, source, spec=spec)
+
+
+_OPTIONS = [p for p in optimize.__code__.co_varnames[:optimize.__code__.co_argcount + optimize.__code__.co_kwonlyargcount]]
