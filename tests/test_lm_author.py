@@ -222,7 +222,8 @@ def test_synthesized_cases_become_scales_and_cases(task):
 
     author = LMAuthor(accounted(ScriptedLM({"test_cases": [{"test_cases": cases[:1]}]}), Accountant()), knowledge=None)
     run_task, suite = prepare_suite(author, task, "cpu")
-    assert suite.scales == ("ci", "syn_ragged") and len(suite.for_scale("syn_ragged")) == 1
+    assert suite.scales == ("ci", "syn_ragged", "heldout") and len(suite.for_scale("syn_ragged")) == 1
+    assert suite.heldout_names == ("heldout",) and "heldout" not in run_task.scales  # judged, never shown
     assert author.accountant.calls[0].agent == "test_synthesizer"
     assert suite.task_fingerprint == run_task.fingerprint() != task.fingerprint()
 
