@@ -68,7 +68,7 @@ def test_seed_zero_is_the_published_layout():
     assert x["cu_q_lens"].tolist() == [0, 1, 2, 18, 34, 48, 48]
     assert sorted(x["page_indices"].ravel()) == list(range(48)) and not np.array_equal(x["page_indices"].ravel(), np.arange(48))
     assert draw(judged("11p_Megablox_GMM"), "ci", 0)["group_sizes"].tolist() == [64] * 8
-    assert draw(judged("11p_Megablox_GMM"), "heldout", 0)["group_sizes"].tolist() == [64] * 4 + [0] * 2
+    assert draw(judged("11p_Megablox_GMM"), "heldout", 0)["group_sizes"].tolist() == [32] * 8 + [0] * 2
     labels = draw(judged("13p_Cross_Entropy"), "ci", 0)["labels"]
     assert labels.min() >= 0 and labels.max() < 1000
     for task_id in TASKS:  # the default seed is 0
