@@ -392,9 +392,9 @@ def optimize(
     lm
         The author: a model name, a DSPy LM, or ``"offline"`` for the rule-based author (the default when
         no model is configured).
-    mode
-        ``"auto"`` (one trajectory) or ``"search"`` (a tree of trajectories; ``search`` holds the
-        SearchConfig fields: algorithm, width, depth, branches, workers ...).
+    mode, search
+        ``mode="auto"`` (one trajectory) or ``"search"`` (a tree of trajectories); ``search`` is a dict of
+        SearchConfig fields for the latter: algorithm, width, depth, branches, workers ...
     iterations
         Plans to try (auto), or the search depth bound.
     max_trials, tune

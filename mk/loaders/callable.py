@@ -451,8 +451,8 @@ def _flatten(sname: str, items: list[tuple[Any, str, Any]], params: Sequence[str
 
     leaves: list[_Arg] = []
     for label, prefix, item in items:
-        flat = jax.tree_util.tree_flatten_with_path(item, is_leaf=_is_leaf)[0]
-        found = any(_is_leaf(leaf) for _, leaf in flat)
+        flat = jax.tree_util.tree_flatten_with_path(item, is_leaf=lambda x: _is_leaf(x) or (bool(x) and _is_shape(x)))[0]
+        found = isinstance(item, Mapping) or any(_is_leaf(leaf) for _, leaf in flat)  # else a bare shape: say the item
         for path, leaf in flat:
             arg = _one(leaf) if _is_leaf(leaf) else None
             if arg is None:
