@@ -188,6 +188,7 @@ def computation(*args):
 """
 
 _DRAW_NATIVE = """    dynamic = [_mk_np.asarray(x) for x in {fn}(_MK_SCALE)[0]]"""
+_DRAW_NATIVE_SEEDED = """    dynamic = [_mk_np.asarray(x) for x in {fn}(_MK_SCALE, seed)[0]]"""
 _DRAW_INIT = """    rng = _mk_np.random.default_rng(_mk_np.random.SeedSequence([seed, _MK_SEED_SALT]))
     dynamic = [_mk_sample(rng, tuple(shape), *rest) for _, shape, *rest in _MK_INPUTS]"""
 
@@ -241,7 +242,8 @@ def _entry_points(task: Task, namespace: dict, scale: str) -> str:
 
     ref = _module_level_name(task.reference, namespace, "reference", task.source)
     if task.native_inputs is not None:
-        draw = _DRAW_NATIVE.format(fn=_module_level_name(task.native_inputs, namespace, "input generator", task.source))
+        draw = (_DRAW_NATIVE_SEEDED if task.seeded_generator else _DRAW_NATIVE).format(
+            fn=_module_level_name(task.native_inputs, namespace, "input generator", task.source))
     else:
         draw = _DRAW_INIT
     if task.static_as_kwargs:

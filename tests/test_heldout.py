@@ -166,6 +166,26 @@ def test_an_eps_the_suite_never_varied_is_pinned(tmp_path):
     assert res.status == "outside_envelope" and "static eps=0.5" in res.reason, res.reason
 
 
+def test_every_evaluation_adds_a_fresh_size_within_the_rule():
+    from mk.harness.heldout import FRESH, fresh_size, sized
+    import secrets
+
+    task = rms_task()
+    seen = set()
+    for _ in range(8):
+        f = fresh_size(task, secrets)
+        (m, n), (n2,) = f.shapes
+        assert n == n2 and m % 16 == 0 and n % 128 == 0 and m not in (16, 32) and n not in (256, 384)
+        assert sized(task, f.name).shapes == f.shapes and f.name.startswith(FRESH)
+        seen.add(f.name)
+    assert len(seen) > 1  # drawn, not fixed
+    # a kernel right at the suite's sizes only is caught by the size nobody could know in advance
+    source = GENERAL.replace("return (", "ok = x.shape[-1] in (256, 384)\n    return (").replace(
+        "/ x.shape[-1]", "/ (x.shape[-1] if ok else 256)")
+    res = evaluate(rms_task(), source, target="cpu", measure=False)
+    assert res.status == "incorrect" and res.failed_case.startswith(FRESH), res.reason
+
+
 def test_mk_eval_reproduces_a_failed_case(tmp_path):
     cand = tmp_path / "fitted.py"
     cand.write_text(FITTED)

@@ -32,7 +32,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--scale", metavar="NAME", default=None, help="check and time only this scale (e.g. ci); default: every scale")
     p.add_argument("--case", metavar="KEY", action="append", default=None,
                    help="run only this case of the frozen suite (repeatable); KEY is <scale>-s<seed>-<inputs> as a verdict "
-                        "prints it, e.g. heldout-s1-normal or ci-s123456-normal for a fresh-seed case")
+                        "prints it, e.g. heldout-s1-normal, ci-s123456-normal (a fresh seed) or size-48x384_384-s99-normal "
+                        "(a fresh size)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--db", metavar="PATH", default=None, help="record the verdict in this DuckDB store (default: $MK_DB if set)")
     p.add_argument("--no-time", dest="measure", action="store_false", help="skip timing")
@@ -76,25 +77,29 @@ def pick_cases(task: Any, keys: list[str], scale: str | None) -> Any:
     import dataclasses
 
     from mk.errors import ConfigError
+    from mk.harness.heldout import FRESH, sized
     from mk.harness.suite import Case, build_suite
     from mk.task import FLOAT_DISTRIBUTIONS
 
     full = build_suite(task, scales=[scale] if scale else None)
     known = {c.key: c for c in full.cases}
     scales = set(full.scales)
-    picked = []
+    picked, sizes = [], {}
     for key in keys:
         if key in known:
             picked.append(known[key])
             continue
         parts = key.rsplit("-", 2)
+        if parts[0].startswith(FRESH) and parts[0] not in sizes:  # an evaluation's fresh size: rebuilt from its name
+            sizes[parts[0]] = sized(task, parts[0])
+            scales.add(parts[0])
         if len(parts) != 3 or not parts[1].startswith("s") or not parts[1][1:].isdigit() or parts[0] not in scales \
                 or parts[2] not in FLOAT_DISTRIBUTIONS:
             raise ConfigError(f"no case {key!r} in the suite of {task.name}",
                               hint=f"a key is <scale>-s<seed>-<inputs> with scale one of {', '.join(sorted(scales))}; "
                                    f"the suite's cases: {', '.join(list(known)[:8])}")
         picked.append(Case(parts[0], int(parts[1][1:]), parts[2], note="picked"))
-    return dataclasses.replace(full, cases=tuple(picked))
+    return dataclasses.replace(full, cases=tuple(picked), heldout=full.heldout + tuple(sizes.values()))
 
 
 def _announce(task: Any, args: argparse.Namespace, source: str) -> None:

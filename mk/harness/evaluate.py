@@ -21,7 +21,6 @@ import json
 import logging
 import secrets
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from mk.errors import CandidateError, ConfigError, MkError, TaskError
 from mk.harness.arrays import encode_static, load_arrays, save_arrays
 from mk.harness.compare import compare_fair, compare_outputs, low_precision
 from mk.harness.envelope import OUTSIDE
+from mk.harness.heldout import FRESH, fresh_size
 from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limit_mb
 from mk.harness.results import CaseResult, CostResult, EvalResult, StepResult, TimingResult
 from mk.harness.suite import Case, FrozenSuite, ReferenceCache, build_suite
@@ -102,6 +102,8 @@ class _Run:
     verified_by: str = ""
     compile_detail: str = ""
     failed_case: str = ""
+    #: the suite's scales and this evaluation's fresh size (a secret draw within the held-out scale's rule)
+    scales: tuple[str, ...] = ()
 
     @property
     def on_device(self) -> bool:
@@ -147,6 +149,7 @@ def evaluate(
             suite = build_suite(task, scales=[scale] if scale else None)
         elif suite.task_fingerprint != task.fingerprint():
             raise TaskError(f"the suite was frozen for another version of task {task.name!r}", hint="rebuild it with build_suite(task)")
+        suite_task = task
         task = suite.judged(task)  # the held-out scales: judged here, never shown to an author
         timed = scale or (task.default_scale if task.default_scale in suite.scales else suite.scales[0])
         if timed not in suite.scales:
@@ -162,8 +165,13 @@ def evaluate(
     if not static.ok:
         status = "compile_error" if "SyntaxError" in static.detail.split(";")[0] else "rejected"
         return EvalResult(status=status, reason=static.detail, steps=_steps(static), seconds=time.perf_counter() - started, **base)
+    # a size drawn now, within the held-out scale's rule: the held-out sizes are public, this one is not
+    fresh = fresh_size(suite_task, secrets) if any(c.scale in suite.heldout_names for c in suite.cases) else None
+    if fresh is not None:
+        task = task.with_scales({**task.scales, fresh.name: fresh})
     run = _Run(task, tgt, suite, cand, timeouts or Timeouts(), timed, require_pallas, dict(config or {}), measure,
                timing or TimingOptions(), memory_mb)
+    run.scales = tuple(suite.scales) + ((fresh.name,) if fresh is not None else ())
     run.env, run.iso, run.tracer, run.runner = children
     status, reason = "correct", ""
     timing_res: TimingResult | None = None
@@ -175,8 +183,9 @@ def evaluate(
         _ablate(run)
         _check_races(run)
         _run_cases(run)
-        reason = (f"all {len(run.suite.cases)} cases match the reference (and {len(run.cases) - len(run.suite.cases)} "
-                  "from a fresh random seed)")
+        extra = len(run.cases) - len(run.suite.cases)
+        reason = (f"all {len(run.suite.cases)} cases match the reference (and {extra} from a fresh random seed"
+                  + (f", one of them at a fresh size {run.scales[-1][len(FRESH):]})" if len(run.scales) > len(run.suite.scales) else ")"))
         timing_res, cost_res = _time_and_cost(run)
     except _Verdict as v:
         status, reason = v.status, v.reason
@@ -264,7 +273,7 @@ def _rel(child: Child, path: Path) -> str:
 
 
 def _trace(run: _Run) -> None:
-    n = len(run.suite.scales)
+    n = len(run.scales)
     reply = run.tracer.ask({"op": "load"}, run.timeouts.import_s, "import")
     if reply.get("ok"):
         run.seconds.update({str(k): float(v) for k, v in (reply.get("seconds") or {}).items() if isinstance(v, (int, float))})
@@ -285,7 +294,7 @@ def _trace(run: _Run) -> None:
         at = f" at scale {reply['scale']}" if reply.get("scale") else ""
         raise _Verdict("compile_error", f"candidate {what}{at}: {text}{where}")
     scales = reply.get("scales")
-    if not isinstance(scales, dict) or set(scales) != set(run.suite.scales):
+    if not isinstance(scales, dict) or set(scales) != set(run.scales):
         raise _Verdict("crashed", "the tracer's reply does not cover the suite's scales")
     run.programs = scales
     run.compile_detail = f"traced once per scale and lowered for {run.target.platform}"
@@ -298,7 +307,7 @@ def _check_programs(run: _Run) -> None:
 
     from mk.harness import program
 
-    for scale in run.suite.scales:
+    for scale in run.scales:
         facts = run.programs[scale]
         if facts.get("callbacks"):
             raise _Verdict("rejected", f"host callback ({', '.join(map(str, facts['callbacks']))}) in the candidate's program at "
@@ -359,7 +368,7 @@ def _check_programs(run: _Run) -> None:
         if files["cpu"] is None and not run.on_device and run.target.name != "cpu":
             run.flags.append(f"scale {scale}: {facts.get('cpu_error') or 'the HLO interpreter cannot run this kernel'}; its cases "
                              "ran in the TPU interpreter inside the isolated tracer (weaker: see the verdict's verified_by)")
-    files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in run.suite.scales}
+    files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in run.scales}
     copied = {}
     for scale, forms in files.items():
         copied[scale] = {}
@@ -370,7 +379,7 @@ def _check_programs(run: _Run) -> None:
                 copied[scale][form] = _rel(run.runner, dest)
     refs = {}
     timing = _wants_timing(run)
-    for scale in run.suite.scales:
+    for scale in run.scales:
         platforms = ("cpu", run.target.platform) if timing and scale == run.timed else ("cpu",)
         dest = run.rdir / f"{scale}.reference.export"
         dest.write_bytes(_refs(run).export(scale, platforms))
@@ -443,11 +452,12 @@ def _run_cases(run: _Run) -> None:
     forms = set()
     # the frozen cases, then one case per scale from a secret seed: the suite's seeds are public, so a candidate
     # could regenerate its inputs and memorise the answers; this input it cannot know (its seed is recorded)
-    fresh = [Case(s, secrets.randbelow(2**31), "normal", note="fresh seed") for s in run.suite.scales]
+    fresh = [Case(s, secrets.randbelow(2**31), "normal", note="fresh seed" if s in run.suite.scales else "fresh size")
+             for s in run.scales]
     for i, case in enumerate([*run.suite.cases, *fresh]):
         who, form = _executor(run, case.scale)
         forms.add(form)
-        label = "fresh random seed " if case.note == "fresh seed" else "seed "
+        label = {"fresh seed": "fresh random seed ", "fresh size": "fresh size, random seed "}.get(case.note, "seed ")
         _run_one(run, i, case, who, form, f"case {i} ({case.scale}, {label}{case.seed}, {case.distribution})",
                  slow=20.0 if who is run.tracer else 1.0)
     run.verified_by = ", ".join(sorted(forms))
@@ -459,7 +469,7 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     factor on the interpreted-case deadline (race detection)."""
     run.failed_case = case.key  # cleared when the case passes
     inputs = run.suite.inputs(run.task, case)
-    expected = _refs(run).compute(case.scale, inputs) if case.note == "fresh seed" else _refs(run).outputs(case, inputs)
+    expected = _refs(run).compute(case.scale, inputs) if case.note.startswith("fresh") else _refs(run).outputs(case, inputs)
     # the tracer's work dir is hostile (links, fifos): a fresh unpredictable name there
     name = f"case_{i:03d}" if who is run.runner else f"case_{i:03d}_{secrets.token_hex(8)}"
     folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
@@ -601,7 +611,7 @@ def _read_regular(path: Path, limit: int = MAX_PROGRAM_BYTES) -> bytes:
 def _spec(run: _Run) -> dict[str, Any]:
     task = run.task
     scales = []
-    for name in run.suite.scales:
+    for name in run.scales:
         try:
             static = [encode_static(v) for v in task.static_values(name)]
         except TypeError as exc:
@@ -668,7 +678,7 @@ def _compile_step(run: _Run, status: str) -> StepResult:
 
 
 def _correctness_step(run: _Run, status: str) -> StepResult:
-    n = len(run.suite.cases) + len(run.suite.scales)  # the frozen cases and one fresh-seed case per scale
+    n = len(run.suite.cases) + len(run.scales)  # the frozen cases, one fresh-seed case per scale and the fresh size
     passed = sum(c.ok for c in run.cases)
     ran = bool(run.cases) or status == "correct"
     return StepResult(name="correctness", ok=(passed == n and status == "correct") if ran else None,

@@ -85,6 +85,54 @@ def derive(task: Task) -> Scale | None:
     return plan.scale(_free_name(task), *kept) if kept is not None else None
 
 
+#: name prefix of the fresh-size scale every evaluation adds: ``size-<shape>_<shape>...`` (``48x384_384``)
+FRESH = "size-"
+
+
+def fresh_size(task: Task, rng: Any) -> Scale | None:
+    """A size drawn for one evaluation: each dim the held-out scale moves grows by a random 1-4 units from the
+    smallest scale (``rng.randbelow``; past the sizes the author was shown and the held-out one), so the held-out
+    scale's public, fixed sizes are not the only unseen ones.
+    None for tasks with declared held-out scales or their own generator (their sizes are the task's to choose)."""
+    if task.heldout is not None or task.native_inputs is not None:
+        return None
+    plan = _Plan(task)
+    dims = plan.dim_moves({d: 1 + rng.randbelow(4) for d in plan.steps()}, avoid=plan.dim_moves())
+    if not dims:
+        return None
+    kept = plan.accepted(dims, plan.static_moves(dims, floats=False))
+    if kept is None or not kept[0]:
+        return None
+    scale = plan.scale("_fresh", *kept)
+    shapes = task.with_scales({"_fresh": scale}).shapes("_fresh")
+    return Scale(FRESH + "_".join("x".join(map(str, s)) or "1" for s in shapes), shapes=tuple(shapes), static=scale.static)
+
+
+def sized(task: Task, name: str) -> Scale:
+    """The fresh-size scale named ``name`` again (``mk eval --case`` reproduces a fresh-size failure with it)."""
+    try:
+        shapes = tuple(tuple(int(d) for d in part.split("x")) if part != "1" else () for part in name[len(FRESH):].split("_"))
+    except ValueError:
+        raise TaskError(f"{name!r} is not a fresh-size scale name", hint=f"it reads {FRESH}<shape>_<shape>..., e.g. {FRESH}48x384_384") from None
+    if not name.startswith(FRESH) or len(shapes) != len(task.args):
+        raise TaskError(f"{name!r} does not give one shape per input of {task.name!r}")
+    plan = _Plan(task)
+    dims = {}
+    for d in plan.steps():
+        i, j = plan.axes[d][0] if not plan.named else _first_axis(task, d)
+        dims[d] = shapes[i][j]
+    static = plan.static_moves(dims, floats=False)
+    return Scale(name, shapes=shapes, static={**dict(plan.base.static), **static})
+
+
+def _first_axis(task: Task, dim: str) -> tuple[int, int]:
+    for i, a in enumerate(task.args):
+        for j, d in enumerate(a.shape):
+            if d == dim:
+                return i, j
+    raise TaskError(f"dim {dim!r} is used by no input of {task.name!r}")
+
+
 class _Plan:
     """The smallest scale and its dims: named dims, or groups of axes equal at every scale."""
 
@@ -112,28 +160,37 @@ class _Plan:
             return sorted({d for a in self.task.args for d in a.shape if isinstance(d, str)})
         return list(self.axes)
 
-    def dim_moves(self) -> dict[str, int]:
-        moves = {}
+    def steps(self) -> dict[str, tuple[int, int, list[int]]]:
+        """Each dim that may move -> (its value at the smallest scale, its unit, its values at every scale)."""
+        out = {}
         for d in self.dims():
             values = [self.value(n, d) for n in self.task.scales if not self.named or d in self.task.scales[n].dims]
             step = self.task.dim_units[d] if d in self.task.dim_units else (0 if max(values) <= 1 else unit(values))
             if step and step > 0:
-                new = self.value(self.base.name, d) + int(step)
-                while new in values:  # a size the author was shown is not held out
-                    new += int(step)
-                moves[d] = new
+                out[d] = (self.value(self.base.name, d), int(step), values)
+        return out
+
+    def dim_moves(self, k: Mapping[str, int] | None = None, avoid: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Each dim grown by ``k[dim]`` units (default 1), and further while the size is one the author was shown
+        (or ``avoid[dim]``)."""
+        moves = {}
+        for d, (base, step, values) in self.steps().items():
+            new = base + step * (k or {}).get(d, 1)
+            while new in values or new == (avoid or {}).get(d):
+                new += step
+            moves[d] = new
         return moves
 
-    def static_moves(self, dims: Mapping[str, int]) -> dict[str, Any]:
+    def static_moves(self, dims: Mapping[str, int], floats: bool = True) -> dict[str, Any]:
         task = self.task
         per_scale = {n: task.static_values(n) for n in task.scales}
         moves: dict[str, Any] = {}
         for k, s in enumerate(task.static):
             v = per_scale[self.base.name][k]
             if s.name in task.vary_static:
-                if task.vary_static[s.name] is not None:
+                if task.vary_static[s.name] is not None and floats:
                     moves[s.name] = task.vary_static[s.name]
-            elif isinstance(v, float) and other_float(v) != v:
+            elif isinstance(v, float) and other_float(v) != v and floats:
                 moves[s.name] = other_float(v)
             elif isinstance(v, int) and not isinstance(v, bool):  # an int static equal to one dim everywhere follows it
                 follows = [d for d in dims if all(self.value(n, d) == per_scale[n][k] for n in task.scales)]

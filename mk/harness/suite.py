@@ -155,6 +155,8 @@ def build_suite(
         task = task.with_scales({**task.scales, **{s.name: s for s in held}}) if held else task
         for s in held:
             candidates.extend(Case(s.name, seed, dist, note="held out") for dist, seed in HELDOUT_CASES)
+            if task.seeded_generator:  # the task's own structure (page tables, group sizes) redrawn at that size too
+                candidates.append(Case(s.name, 1, "native", note="held out"))
     refs = ReferenceCache(task)
     kept: list[Case] = []
     dropped: list[str] = []
