@@ -110,7 +110,7 @@ def optimize_task(
     suite_hash = suite.hash
     envelope = Envelope.of(judged, suite)
     declined = getattr(author, "declined", {})
-    if not rows and declined:
+    if not rows and declined and "no further proposals" in stop:  # the author proposed nothing: say why
         stop = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
     kernel_path = out_dir / f"{task.name}_{target}.py" if best is not None else None
     report = OptimizeReport(
