@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mk.harness import evaluate
+from mk.harness import build_suite, evaluate
 from mk.harness.envelope import OUTSIDE, Envelope
 from mk.job import optimize_task
 from mk.loaders import load_task
@@ -46,7 +46,10 @@ def test_written_kernel_is_general_or_refuses(tmp_path, example, target):
     assert report.status == "correct", report.stop_reason
     env = Envelope.from_dict(report.envelope)
     kernel = Path(report.kernel_path)
-    assert "# envelope" in kernel.read_text() and "heldout" in env.heldout
+    text = kernel.read_text()
+    assert "# envelope" in text and "heldout" in env.heldout
+    # the header's suite hash is the one `mk eval` rebuilds (the reproduce line names the scale)
+    assert build_suite(task).hash == report.suite_hash and f"--scale ci" in text and report.suite_hash in text
     rules = _dim_rules(task, env)
     varied = [d for d, r in rules.items() if r.kind == "multiple"]
     assert varied, f"the held-out scale varied no dim of {example}: {rules}"
