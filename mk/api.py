@@ -68,20 +68,20 @@ class OptimizedFunction:
     ``jax.vmap`` the batched shapes were never verified, so the batched call runs the reference (decided
     when the batch is traced; counted in ``self.calls["batched"]``).
 
-    ``self.calls`` counts dispatches: ``kernel`` and ``reference`` per eager call or per trace under ``jit``,
-    ``batched`` per kernel call turned into the reference by ``vmap``. :meth:`run_kernel` runs the kernel
-    here whatever the device (TPU/GPU kernels in Pallas interpret mode), and raises
-    :class:`~mk.harness.envelope.EnvelopeError` outside the envelope.
+    ``self.calls`` counts dispatches, per eager call or per trace under ``jit``: ``kernel`` (calls that chose
+    the kernel), ``reference`` (fallbacks), ``batched`` (kernel calls that ``vmap`` then turned into the
+    reference; also counted as fallbacks). :meth:`run_kernel` runs the kernel here whatever the device
+    (TPU/GPU kernels in Pallas interpret mode), and raises :class:`~mk.harness.envelope.EnvelopeError`
+    outside the envelope.
+
+    Like ``jax.jit``, it keeps the computation it was optimised for: a global or closed-over value of
+    ``fn`` changed afterwards is not seen by the kernel (call :func:`optimize` again; its cache key notices).
     """
 
     def __init__(self, fn: Callable[..., Any], task: Task, report: OptimizeReport, source: str | None, *,
-                 spec: CallSpec | None = None, cached: bool = False):
+                 spec: CallSpec, cached: bool = False):
         from mk.targets import get_target
 
-        if spec is None:  # a task given directly: its own flat calling convention
-            spec = callable_task(task.reference, [_struct(s, a.dtype) for a, s in zip(task.args, task.shapes())],
-                                 static={s.name: s.value for s in task.static} or None,
-                                 static_as_kwargs=task.static_as_kwargs, check=False)[1]
         functools.update_wrapper(self, fn, updated=())  # __name__, __doc__, and inspect.signature(self) is fn's
         self.reference = fn
         self.task = task
@@ -109,9 +109,8 @@ class OptimizedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         bound = self._bind(args, kwargs)
         leaves, why = self._inside(bound)
-        if why is None and self._target.name != "cpu" and not self._target.device_present():
-            why = (f"the kernel was verified for {self._target.name}, and this machine has no "
-                   f"{self._target.name.upper()}")
+        if why is None:
+            why = self._absent()
         if why is not None:
             self._fallback(why)
             return self.reference(*bound.ref_args, **bound.ref_kwargs)
@@ -121,11 +120,7 @@ class OptimizedFunction:
 
     def reason(self, *args: Any, **kwargs: Any) -> str | None:
         """Why a call with these arguments would run the reference; None when it would run the kernel."""
-        bound = self._bind(args, kwargs)
-        why = self._inside(bound)[1]
-        if why is None and self._target.name != "cpu" and not self._target.device_present():
-            why = f"the kernel was verified for {self._target.name}, and this machine has no {self._target.name.upper()}"
-        return why
+        return self._inside(self._bind(args, kwargs))[1] or self._absent()
 
     def run_kernel(self, *args: Any, **kwargs: Any) -> Any:
         """Run the kernel here whatever the device (TPU/GPU kernels in Pallas interpret mode on a CPU).
@@ -152,6 +147,12 @@ class OptimizedFunction:
         return p
 
     # --- inside ----------------------------------------------------------------------------------------
+    def _absent(self) -> str | None:
+        """Why the kernel cannot run on this machine (its target's device is missing); None for cpu kernels."""
+        if self._target.name == "cpu" or self._target.device_present():
+            return None
+        return f"the kernel was verified for {self._target.name}, and this machine has no {self._target.name.upper()}"
+
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         try:
             return self.spec.bind(args, kwargs)
@@ -280,14 +281,6 @@ class OptimizedFunction:
         self._warned.add(why)
         log.info("mk: %s: %s; running the reference", self.task.name, why)
         warnings.warn(f"mk: {self.task.name}: {why}; running the reference", FallbackWarning, stacklevel=3)
-
-
-def _struct(shape: Sequence[int], dtype: str) -> Any:
-    import jax
-
-    from mk.task import np_dtype
-
-    return jax.ShapeDtypeStruct(tuple(shape), np_dtype(dtype))
 
 
 def _static_key(static: Mapping[str, Any]) -> str:

@@ -363,8 +363,6 @@ def _is_leaf(x: Any) -> bool:
 
 def _layout(fn: Callable[..., Any], sig: inspect.Signature | None, sname: str, value: Any, static_names: Sequence[str]) -> _Layout:
     """Bind one scale's shapes to ``fn``'s parameters and flatten them into named leaves."""
-    import jax
-
     overrides: Mapping[str, Any] = {}
     if isinstance(value, Mapping) and "shapes" in value and not (sig is not None and "shapes" in sig.parameters):
         overrides = value.get("static") or {}
