@@ -172,11 +172,14 @@ def _run_auto(task, author, store, target, iterations, tune, max_trials, meter, 
     from mk.programs.auto import Auto
 
     store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
-    run_id = store.create_run(task.fingerprint(), "auto", {"target": target, "author": author.name})
+    run_id = store.create_run(task.fingerprint(), "auto", {"target": target, "author": author.name, "locator": dict(task.locator),
+                                                           "scales": list(task.scales), "iterations": iterations, "tune": tune,
+                                                           "max_trials": max_trials})
     if hasattr(author, "bind_run"):
         author.bind_run(run_id)  # the LM calls from here on (test synthesis included) belong to this run
     try:
         run_task, suite = prepare_suite(author, task, target)
+        store.update_run_config(run_id, {"suite_hash": suite.hash})  # what `mk resume` checks before continuing
         auto = Auto(author, target=target, iterations=iterations, store=store, tune=tune, max_trials=max_trials,
                     budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
         traj = auto.run(run_task, suite=suite, run_id=run_id)
@@ -221,7 +224,8 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
     speed = f"{best.speedup:.3f}x over the reference, measured on {device}" if best.speedup is not None else (
         f"not measured (no {target.name.upper()} device here; correctness ran in {target.mode()} mode)")
     scales = list(task.scales)
-    again = f"mk eval {task.locator.get('id') or task.source or task.name} THIS_FILE --target {target.name}"
+    where = task.locator.get("id") if task.locator.get("kind") == "builtin" else (task.source or task.locator.get("id") or task.name)
+    again = f"mk eval {where} THIS_FILE --target {target.name}"
     if len(scales) == 1:
         again += f" --scale {scales[0]}"
     header = [

@@ -269,6 +269,15 @@ class Store:
             self._require("runs", run_id)
             self._run("UPDATE runs SET status = ?, reason = ?, finished_at = ? WHERE id = ?", [status, reason, _now(), run_id])
 
+    def update_run_config(self, run_id: str, changes: Mapping[str, Any]) -> None:
+        """Merge ``changes`` into the run's stored config (e.g. the suite hash, known once the suite is frozen)."""
+        with self.transaction():
+            self._require("runs", run_id)
+            row = self._one("SELECT config FROM runs WHERE id = ?", [run_id]) or {}
+            config = row.get("config") or {}
+            config = json.loads(config) if isinstance(config, str) else dict(config)
+            self._run("UPDATE runs SET config = ? WHERE id = ?", [to_json({**config, **dict(changes)}), run_id])
+
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """The run's row, or None when there is no such run."""
         return self._one("SELECT * FROM runs WHERE id = ?", [run_id])

@@ -67,6 +67,7 @@ class Session:
         max_fixes: int = 2,
         evaluate: Callable[..., EvalResult] | None = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        budget: Any = None,
         _resume: dict[str, Any] | None = None,
     ):
         from mk.loaders import load_task
@@ -79,8 +80,12 @@ class Session:
         self.author = author if author is not None else _offline_author()
         self.history: list[StepResult] = []
         self._db, self._shared = _store_spec(db)
+        from mk.budget import BudgetMeter
+
+        meter = budget if isinstance(budget, BudgetMeter) or budget is None else BudgetMeter(budget)
         self._auto = Auto(_SkipTried(self.author, _resume["tried"] if _resume else []), target=target, iterations=iterations,
-                          evaluate=evaluate, tune=tune, max_trials=max_trials, max_fixes=max_fixes, on_event=on_event)
+                          evaluate=evaluate, tune=tune, max_trials=max_trials, max_fixes=max_fixes, on_event=on_event,
+                          budget=meter if meter is not None else getattr(self.author, "meter", None))
         suite = _resume["suite"] if _resume else build_suite(task)
         with self._bound_store() as store:
             run_id = _resume["run_id"] if _resume else store.create_run(task.fingerprint(), MODE, {
@@ -97,8 +102,9 @@ class Session:
     @classmethod
     def resume(cls, run_id: str, *, db: Any = None, author: Any = None, iterations: int | None = None,
                evaluate: Callable[..., EvalResult] | None = None,
-               on_event: Callable[[str, dict[str, Any]], None] | None = None) -> "Session":
-        """Rebuild the session of ``run_id`` from the store and continue at the next plan."""
+               on_event: Callable[[str, dict[str, Any]], None] | None = None, budget: Any = None) -> "Session":
+        """Rebuild the session of ``run_id`` from the store and continue at the next plan (``budget``: a new
+        :class:`mk.budget.Budget` for what is left to do)."""
         from mk.loaders import load_task
 
         spec, shared = _store_spec(db)
@@ -129,7 +135,7 @@ class Session:
                             hint="start a new Session on the task as it is now")
         return cls(task, target=cfg.get("target", "tpu"), author=author, db=db, iterations=iterations or cfg.get("iterations", 4),
                    tune=cfg.get("tune", True), max_trials=cfg.get("max_trials", 6), max_fixes=cfg.get("max_fixes", 2),
-                   evaluate=evaluate, on_event=on_event,
+                   evaluate=evaluate, on_event=on_event, budget=budget,
                    _resume={"run_id": run_id, "suite": suite, "snapshots": snapshots, "tried": tried})
 
     # --- state ---------------------------------------------------------------------

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-workers", type=int, default=None, help="override the run's number of parallel workers")
     p.add_argument("--lm", default=None, help="the author for an auto/HITL run driven by a model (default: the offline author)")
     p.add_argument("--out", default="mk-out", help="folder for the best kernel")
+    p.add_argument("--budget-calls", type=int, default=None, help="a new budget: stop after this many LM calls")
+    p.add_argument("--budget-cost", type=float, default=None, help="a new budget: stop once the LM cost reaches this many USD")
+    p.add_argument("--budget-time", type=float, default=None, help="a new budget: stop after this many seconds of wall time")
     p.add_argument("--json", action="store_true", help="print the resumed run's summary as JSON")
     p.set_defaults(func=resume)
 
@@ -133,7 +136,10 @@ def _resume_session(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, 
         from mk.authors import resolve_author
 
         author, _ = resolve_author(args.lm)
-    session = Session.resume(run["id"], db=args.db, author=author)
+    from mk.budget import Budget
+
+    budget = Budget(args.budget_calls, args.budget_cost, args.budget_time)
+    session = Session.resume(run["id"], db=args.db, author=author, budget=None if budget.unlimited else budget)
     before = len(session.snapshots)
     best = session.run_to_end()
     kernel = _write_kernel(args, run, best, session) if best is not None else None
