@@ -307,13 +307,39 @@ class Task:
         }
 
     def fingerprint(self) -> str:
-        """Hash of the reference source and the spec: changes when the task does."""
+        """Hash of the reference source, what it computes and the spec: changes when the task does.
+
+        What it computes is its jaxpr at the default scale with its constants' bytes, so a changed global or
+        closed-over value changes the fingerprint (and with it the judge's cached reference outputs) even where
+        the source text is the same."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is not None:
+            return cached
         try:
             src = inspect.getsource(self.reference)
         except (OSError, TypeError):
             src = repr(self.reference)
-        blob = json.dumps({"src": src, "spec": self.describe()}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        blob = json.dumps({"src": src, "spec": self.describe(), "computes": self._computation()}, sort_keys=True, default=str)
+        value = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        object.__setattr__(self, "_fingerprint", value)
+        return value
+
+    def _computation(self) -> str:
+        """A digest of the reference's jaxpr and constants at the default scale ("" when it cannot be traced)."""
+        import re
+
+        import jax
+
+        try:
+            closed = jax.make_jaxpr(self.bind(self.reference))(*self.arg_structs())
+        except Exception:  # noqa: BLE001 - a reference that cannot be traced abstractly keeps its source identity
+            return ""
+        h = hashlib.sha256(re.sub(r"0x[0-9a-fA-F]{6,}", "0x", str(closed.jaxpr)).encode())
+        for c in closed.consts:
+            a = np.ascontiguousarray(np.asarray(c))
+            h.update(f"{a.dtype}{a.shape}".encode())
+            h.update(a.tobytes())
+        return h.hexdigest()
 
     def with_scales(self, scales: Mapping[str, Scale]) -> "Task":
         return dataclasses.replace(self, scales=dict(scales))
