@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from mk import __version__
-from mk.errors import ConfigError, MkError
-from mk.harness.envelope import Envelope, EnvelopeError
+from mk.errors import ArgumentError, ConfigError, EnvelopeError, FallbackWarning, MkError
+from mk.harness.envelope import Envelope
 from mk.job import OptimizeReport, optimize_task
 from mk.loaders.callable import CallSpec, callable_task, computation_hash
 from mk.task import Task
@@ -30,15 +30,6 @@ from mk.task import Task
 log = logging.getLogger(__name__)
 
 __all__ = ["ArgumentError", "FallbackWarning", "OptimizedFunction", "cache_key", "optimize"]
-
-
-class ArgumentError(ConfigError, TypeError):
-    """Arguments that ``mk.optimize``, or the function it returned, cannot take (also a ``TypeError``, as
-    Python raises for a bad call)."""
-
-
-class FallbackWarning(UserWarning):
-    """An :class:`OptimizedFunction` ran the reference instead of the kernel; the message says why."""
 
 
 class OptimizedFunction:
@@ -71,7 +62,7 @@ class OptimizedFunction:
     ``self.calls`` counts dispatches, per eager call or per trace under ``jit``: ``kernel`` (calls that chose
     the kernel), ``reference`` (fallbacks), ``batched`` (kernel calls that ``vmap`` then turned into the
     reference; also counted as fallbacks). :meth:`run_kernel` runs the kernel here whatever the device
-    (TPU/GPU kernels in Pallas interpret mode), and raises :class:`~mk.harness.envelope.EnvelopeError`
+    (TPU/GPU kernels in Pallas interpret mode), and raises :class:`~mk.errors.EnvelopeError`
     outside the envelope.
 
     Like ``jax.jit``, it keeps the computation it was optimised for: a global or closed-over value of
@@ -125,7 +116,7 @@ class OptimizedFunction:
     def run_kernel(self, *args: Any, **kwargs: Any) -> Any:
         """Run the kernel here whatever the device (TPU/GPU kernels in Pallas interpret mode on a CPU).
 
-        Raises :class:`~mk.harness.envelope.EnvelopeError` (saying what was verified) when the inputs or
+        Raises :class:`~mk.errors.EnvelopeError` (saying what was verified) when the inputs or
         statics are outside the verified envelope, ConfigError when there is no verified kernel."""
         if self._kernel is None:
             raise ConfigError("there is no verified kernel to run", hint=self.report.stop_reason)

@@ -65,3 +65,16 @@ class KnowledgeError(MkError):
 
 class AgentOutputError(MkError):
     """A sub-agent's answer failed validation on every try (``agent``, ``attempts``, ``errors``)."""
+
+
+class EnvelopeError(MkError, ValueError):
+    """Inputs or static values outside what a kernel was verified on (its envelope)."""
+
+
+class ArgumentError(ConfigError, TypeError):
+    """Arguments that ``mk.optimize``, or the function it returned, cannot take (also a ``TypeError``, as
+    Python raises for a bad call)."""
+
+
+class FallbackWarning(UserWarning):
+    """An optimised function ran the reference instead of the kernel; the message says why."""

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import mk
-from mk.api import ArgumentError, FallbackWarning, OptimizedFunction, cache_key
+from mk.api import OptimizedFunction, cache_key
+from mk.errors import ArgumentError, FallbackWarning
 from mk.errors import ConfigError, MkError, TaskError
 from mk.harness.envelope import EnvelopeError
 from mk.loaders.callable import callable_task

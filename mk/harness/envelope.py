@@ -27,14 +27,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mk.errors import MkError
 
 #: the first words of the error a written kernel raises outside its envelope (the judge recognises them)
 OUTSIDE = "outside the verified envelope"
-
-
-class EnvelopeError(MkError, ValueError):
-    """Inputs or static values outside what the kernel was verified on."""
 
 
 @dataclass(frozen=True)
