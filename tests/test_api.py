@@ -23,7 +23,7 @@ import mk
 from mk.api import OptimizedFunction, cache_key
 from mk.errors import ArgumentError, FallbackWarning
 from mk.errors import ConfigError, MkError, TaskError
-from mk.harness.envelope import EnvelopeError
+from mk.errors import EnvelopeError
 from mk.loaders.callable import callable_task
 
 pytestmark = pytest.mark.slow
