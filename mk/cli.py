@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(err))}", markup=True, highlight=False)  # paths may hold [...]
         return err.exit_code
-    except KeyboardInterrupt:
-        print("interrupted; everything written so far is kept (`mk runs` lists the run; `mk resume RUN` continues a search)",
-              file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(str(exc) or "interrupted; everything written so far is kept (`mk runs` lists the run; `mk resume RUN` "
+              "continues it)", file=sys.stderr)
         return 130
 
 

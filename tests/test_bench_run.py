@@ -222,3 +222,35 @@ def test_best_of_n_with_an_author_without_rollouts_is_unchanged(tmp_path):
     judge = lambda task, candidate, **kw: SimpleNamespace(status="correct", reason="", speedup=1.0, step=lambda name: None)
     row = run_best_of_n(task.with_scales({"ci": task.scale("ci")}), author, MethodConfig(target="cpu", evaluate=judge, samples=2))
     assert row.candidates == 2 and not hasattr(author, "rollout")
+
+
+def test_bench_interrupted_keeps_a_partial_report_and_an_unwritable_out_fails_first(tmp_path, monkeypatch):
+    from mk.bench import runner
+    from mk.bench.runner import BenchInterrupted
+
+    root = _suite(tmp_path, {"tanh2": TANH, "expsum": EXPSUM})
+    db, out = tmp_path / "b.duckdb", tmp_path / "report"
+    real = runner.RUNNERS["auto"]
+    calls = []
+
+    def stop_on_second(task, author, mcfg):
+        calls.append(task.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(task, author, mcfg)
+
+    monkeypatch.setitem(runner.RUNNERS, "auto", stop_on_second)
+    with pytest.raises(BenchInterrupted) as info:
+        run_bench(BenchConfig(str(root), target="cpu", methods=("auto",), scale="ci", iterations=3, tune=False, db=db,
+                              out=out, author_factory=ScriptedAuthor))
+    assert info.value.bench_id in str(info.value) and "partial report" in str(info.value)
+    assert len(info.value.result.rows) == 1 and (out / "report.md").is_file()
+    with Store.open(db) as store:
+        assert store.query("SELECT status FROM bench_runs")[0]["status"] == "interrupted"
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    calls.clear()
+    with pytest.raises(ConfigError, match="cannot write to the output folder"):
+        run_bench(BenchConfig(str(root), target="cpu", methods=("auto",), scale="ci", db=db, out=blocked / "sub",
+                              author_factory=ScriptedAuthor))
+    assert calls == []  # nothing ran

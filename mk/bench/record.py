@@ -31,7 +31,8 @@ def record_row(store: Store, bench_id: str, row: TaskRow) -> None:
     )
 
 
-def finish_bench(store: Store, bench_id: str, metrics: Mapping[str, Metrics]) -> None:
-    store.execute("UPDATE bench_runs SET metrics = ?, status = 'finished', finished_at = ? WHERE id = ?",
-                  [to_json({k: v.to_dict() for k, v in metrics.items()}), _now(), bench_id])
+def finish_bench(store: Store, bench_id: str, metrics: Mapping[str, Metrics], status: str = "finished") -> None:
+    """Record the metrics and the final status (``finished``, or ``interrupted`` for a partial bench)."""
+    store.execute("UPDATE bench_runs SET metrics = ?, status = ?, finished_at = ? WHERE id = ?",
+                  [to_json({k: v.to_dict() for k, v in metrics.items()}), status, _now(), bench_id])
 

@@ -90,7 +90,6 @@ def select_refs(suite: str, wanted: Sequence[str] | None) -> list[Any]:
 
 def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], None] | None = None) -> BenchResult:
     """Run the benchmark described by ``cfg`` and return metrics and rows (the report is written when ``cfg.out`` is set)."""
-    from mk.loaders import load_ref
     from mk.store import Store
     from mk.targets import get_target
 
@@ -105,7 +104,12 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
         "speed not measured: timing was switched off" if not cfg.measure else
         f"speed not measured: no {cfg.target.upper()} device here (correctness ran in {tgt.mode()} mode, compile checks by lowering)")
     refs = select_refs(cfg.suite, cfg.tasks)
+    if cfg.out:  # checked before the benchmark, so an unwritable folder does not waste it
+        from mk.job import prepare_output_dir
+
+        prepare_output_dir(cfg.out)
     rows: list[TaskRow] = []
+    interrupted = False
     with Store.open(cfg.db) as store:
         if cfg.author_factory is not None:
             factory, announcement = cfg.author_factory, ""
@@ -113,7 +117,7 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
             factory, announcement = resolve_author_factory(cfg.lm, store)
         author_name = getattr(factory(), "name", "author")
         emit("start", {"tasks": len(refs), "methods": methods, "announcement": announcement, "author": author_name})
-        from mk.bench.record import create_bench, finish_bench, record_row
+        from mk.bench.record import create_bench, finish_bench
 
         config = {"iterations": cfg.iterations, "samples": cfg.samples, "tune": cfg.tune, "max_trials": cfg.max_trials,
                   "tasks": list(cfg.tasks or []), "measure": cfg.measure,
@@ -121,44 +125,68 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
         bench_id = create_bench(store, cfg.suite, cfg.target, cfg.scale, methods, author_name, config)
         mcfg = MethodConfig(cfg.target, store=store, evaluate=cfg.evaluate, iterations=cfg.iterations, samples=cfg.samples,
                             tune=cfg.tune, max_trials=cfg.max_trials, measure=cfg.measure, search=dict(cfg.search))
-        for ref in refs:
-            task = None
-            try:
-                task = load_ref(ref)
-                if cfg.scale:
-                    task = task.with_scales({cfg.scale: task.scale(cfg.scale)})
-            except MkError as exc:
-                for m in methods:
-                    rows.append(_error_row(m, ref.name, f"the task could not be loaded: {exc}"))
-                    record_row(store, bench_id, rows[-1])
-                    emit("task", {"row": rows[-1]})
-                continue
-            for m in methods:
-                emit("task_start", {"task": task.name, "method": m})
-                t0 = time.perf_counter()
-                mcfg.on_event = lambda kind, data, _t=task.name, _m=m: emit(kind, {**data, "task": _t, "method": _m})
-                try:
-                    row = RUNNERS[m](task, factory if m == "search" else factory(), mcfg)
-                except ConfigError:
-                    raise
-                except Exception as exc:  # one task's failure is data, not the end of the benchmark
-                    log.exception("bench: %s on %s failed", m, task.name)
-                    row = _error_row(m, task.name, f"{type(exc).__name__}: {exc}")
-                    row.fingerprint = task.fingerprint()
-                row.seconds = row.seconds or time.perf_counter() - t0
-                rows.append(row)
-                record_row(store, bench_id, row)
-                emit("task", {"row": row})
+        try:
+            _run_tasks(refs, methods, cfg, factory, mcfg, store, bench_id, rows, emit)
+        except KeyboardInterrupt:  # keep what was measured: a partial report, the bench marked interrupted
+            interrupted = True
+            log.warning("bench %s interrupted after %d rows; writing a partial report", bench_id, len(rows))
         metrics = {m: compute_metrics([r.outcome() for r in rows if r.method == m], can_time=can_time, unmeasured_reason=speed_reason)
                    for m in methods}
-        finish_bench(store, bench_id, metrics)
+        finish_bench(store, bench_id, metrics, "interrupted" if interrupted else "finished")
     result = BenchResult(bench_id, cfg.suite, cfg.target, cfg.scale, methods, author_name, can_time, speed_reason, metrics, rows,
                          config=config)
     if cfg.out:
         from mk.bench.report import write_report
 
         write_report(result, Path(cfg.out), plots=cfg.plots)
+    if interrupted:
+        raise BenchInterrupted(bench_id, result)
     return result
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a benchmark: ``result`` holds the rows measured so far (already recorded and reported)."""
+
+    def __init__(self, bench_id: str, result: "BenchResult"):
+        where = f"partial report: {result.report_path}" if result.report_path else "its rows are kept in the store"
+        super().__init__(f"bench {bench_id} interrupted after {len(result.rows)} rows; {where}")
+        self.bench_id, self.result = bench_id, result
+
+
+def _run_tasks(refs: list[Any], methods: list[str], cfg: BenchConfig, factory: Callable[[], Any], mcfg: MethodConfig,
+               store: Any, bench_id: str, rows: list[TaskRow], emit: Callable[[str, dict[str, Any]], None]) -> None:
+    """Each task x method, each row recorded as soon as it is measured (``rows`` grows in place)."""
+    from mk.bench.record import record_row
+    from mk.loaders import load_ref
+
+    for ref in refs:
+        task = None
+        try:
+            task = load_ref(ref)
+            if cfg.scale:
+                task = task.with_scales({cfg.scale: task.scale(cfg.scale)})
+        except MkError as exc:
+            for m in methods:
+                rows.append(_error_row(m, ref.name, f"the task could not be loaded: {exc}"))
+                record_row(store, bench_id, rows[-1])
+                emit("task", {"row": rows[-1]})
+            continue
+        for m in methods:
+            emit("task_start", {"task": task.name, "method": m})
+            t0 = time.perf_counter()
+            mcfg.on_event = lambda kind, data, _t=task.name, _m=m: emit(kind, {**data, "task": _t, "method": _m})
+            try:
+                row = RUNNERS[m](task, factory if m == "search" else factory(), mcfg)
+            except ConfigError:
+                raise
+            except Exception as exc:  # one task's failure is data, not the end of the benchmark
+                log.exception("bench: %s on %s failed", m, task.name)
+                row = _error_row(m, task.name, f"{type(exc).__name__}: {exc}")
+                row.fingerprint = task.fingerprint()
+            row.seconds = row.seconds or time.perf_counter() - t0
+            rows.append(row)
+            record_row(store, bench_id, row)
+            emit("task", {"row": row})
 
 
 def _error_row(method: str, task: str, reason: str) -> TaskRow:
