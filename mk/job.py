@@ -184,8 +184,7 @@ def _run_auto(task, author, store, target, iterations, tune, max_trials, meter, 
                     budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
         traj = auto.run(run_task, suite=suite, run_id=run_id)
     except KeyboardInterrupt:  # keep what was written, and say so in the run's row instead of leaving it 'running'
-        store.finish_run(run_id, "interrupted", f"stopped by Ctrl-C; its snapshots and trials are kept (mk show {run_id})")
-        raise
+        raise store.interrupt_run(run_id, f"its snapshots and trials are kept (mk show {run_id})") from None
     except Exception as exc:
         if _unusable_lm(exc) is not None:
             store.finish_run(run_id, "failed", f"the language model cannot be used: {str(exc).splitlines()[0][:300]}")

@@ -269,6 +269,16 @@ class Store:
             self._require("runs", run_id)
             self._run("UPDATE runs SET status = ?, reason = ?, finished_at = ? WHERE id = ?", [status, reason, _now(), run_id])
 
+    def interrupt_run(self, run_id: str, kept: str, resume: str | None = None) -> KeyboardInterrupt:
+        """Mark ``run_id`` interrupted (Ctrl-C, SIGTERM) and return the exception to raise: its message names the
+        run, what was kept and the command that continues it (``resume``; default ``mk resume RUN``)."""
+        message = f"run {run_id} interrupted; {kept}; continue it with: {resume or f'mk resume {run_id}'}"
+        try:
+            self.finish_run(run_id, "interrupted", message)
+        except Exception as exc:  # noqa: BLE001 - the store may itself be what failed; the message still goes out
+            log.warning("could not mark run %s interrupted: %s", run_id, exc)
+        return KeyboardInterrupt(message)
+
     def update_run_config(self, run_id: str, changes: Mapping[str, Any]) -> None:
         """Merge ``changes`` into the run's stored config (e.g. the suite hash, known once the suite is frozen)."""
         with self.transaction():

@@ -262,6 +262,9 @@ class Search:
                     specs = self._next_level(cfg, level, depth + 1)
                     if not specs:
                         break
+        except KeyboardInterrupt:
+            kept = len(store.nodes(run_id))
+            raise store.interrupt_run(run_id, f"its {kept} finished nodes are kept and will not run again") from None
         finally:
             pool.close()
         nodes = [NodeRecord.from_row(r) for r in store.nodes(run_id)]

@@ -271,6 +271,13 @@ class Session:
     def _store(self) -> contextlib.AbstractContextManager[Any]:
         return _open(self._db, self._shared)
 
+    def interrupt(self, resume: str | None = None) -> KeyboardInterrupt:
+        """Mark this session's run interrupted (Ctrl-C) and return the exception to raise; its message names the
+        run, what is kept and ``resume``, the command that continues it (default ``mk hitl --resume RUN``)."""
+        with self._store() as store:
+            return store.interrupt_run(self.run_id, f"its {len(self.snapshots)} snapshots are kept",
+                                       resume or f"mk hitl --resume {self.run_id}")
+
     @contextlib.contextmanager
     def _bound_store(self) -> Iterator[Any]:
         """The store, lent to Auto for the duration of one phase (Auto writes nodes, evaluations and trials to it)."""

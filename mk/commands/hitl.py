@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from mk.programs.session import Session, render, render_session
+    from mk.programs.session import Session
 
     console = Console(highlight=False, file=sys.stdout)
     if not args.task and not args.resume:
@@ -62,6 +62,15 @@ def run(args: argparse.Namespace) -> int:
                           iterations=args.iterations or 4, max_trials=args.trials)
     console.print(f"HITL session {session.run_id} on {session.task.name} ({session.target}); frozen suite {session.traj.suite_hash[:12]}: "
                   f"{len(session.traj.suite.cases)} cases", soft_wrap=True)
+    try:
+        return _loop(console, session, args)
+    except KeyboardInterrupt:
+        raise session.interrupt(f"mk hitl --resume {session.run_id}" + (f" --db {args.db}" if args.db else "")) from None
+
+
+def _loop(console: Any, session: Any, args: argparse.Namespace) -> int:
+    from mk.programs.session import render, render_session
+
     while not session.done:
         console.print(render(session.step()))
         while not session.done:

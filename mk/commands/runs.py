@@ -165,12 +165,23 @@ def _write_kernel(args: argparse.Namespace, run: dict[str, Any], best: Any, sess
 
         task, suite_hash, envelope = session.task, session.traj.suite_hash, Envelope.of(session.task, session.traj.suite)
     else:
-        with Store.open(args.db) as store:
-            row = store.get_task(run["task_fingerprint"]) if run.get("task_fingerprint") else None
-        if not row or not row.get("source"):
-            return None
-        task = load_task(row["source"])
-        suite_hash = (run.get("config") or {}).get("suite_hash", "")
+        from mk.harness.envelope import Envelope
+        from mk.harness.suite import build_suite
+
+        config = run.get("config") or {}
+        locator = config.get("task_locator") or config.get("locator")
+        if not locator:
+            with Store.open(args.db) as store:
+                row = store.get_task(run["task_fingerprint"]) if run.get("task_fingerprint") else None
+            if not row or not row.get("source"):
+                return None
+            locator = row["source"]
+        task = load_task(locator)
+        if config.get("scales"):
+            task = task.with_scales({n: task.scale(n) for n in config["scales"]})
+        suite = build_suite(task)
+        suite_hash = config.get("suite_hash") or suite.hash
+        envelope = Envelope.of(task, suite) if suite.hash == suite_hash else None
     out = prepare_output_dir(args.out)
     path = Path(out) / f"{task.name}_{target}.py"
     path.write_text(with_provenance(best, task, suite_hash, get_target(target), envelope))
