@@ -96,7 +96,7 @@ def optimize_task(
             on_event("author", {"announcement": announcement})
         try:
             if mode == "search":
-                outcome = _run_search(task, author, lm, store, target, iterations, tune, max_trials, search or {}, on_event)
+                outcome = _run_search(task, author, lm, store, target, iterations, tune, max_trials, search or {}, on_event, meter)
             else:
                 outcome = _run_auto(task, author, store, target, iterations, tune, max_trials, meter, on_event)
         except Exception as exc:
@@ -196,7 +196,7 @@ def _run_auto(task, author, store, target, iterations, tune, max_trials, meter, 
     return traj.run_id, (run_task, traj.suite), best, traj.stop_reason, rows
 
 
-def _run_search(task, author, lm, store, target, iterations, tune, max_trials, options, on_event):
+def _run_search(task, author, lm, store, target, iterations, tune, max_trials, options, on_event, meter=None):
     from mk.harness.suite import build_suite
     from mk.programs.search import Search, SearchConfig
 
@@ -208,7 +208,8 @@ def _run_search(task, author, lm, store, target, iterations, tune, max_trials, o
         fields["workers"] = "inline"  # an LM author holds a live client: it stays in this process
     config = SearchConfig(**fields)
     suite = build_suite(task)
-    result = Search("offline" if offline else author, config=config, store=store, on_event=on_event).run(task, suite=suite)
+    result = Search("offline" if offline else author, config=config, store=store, on_event=on_event,
+                    budget=meter if meter is not None else getattr(author, "meter", None)).run(task, suite=suite)
     n = result.best
     best = Best(n.code, n.status, n.speedup, n.plan or n.key, {}, n.plan) if n else None
     rows = [{"node": x.key, "depth": x.depth, "status": x.status, "reason": x.reason, "speedup": x.speedup} for x in result.nodes]

@@ -166,8 +166,13 @@ class Search:
 
     def __init__(self, author: Any, *, config: SearchConfig | None = None, evaluate: Callable[..., Any] | None = None,
                  store: Any = None, on_event: Callable[[str, dict[str, Any]], None] | None = None,
-                 ray_address: str | None = None, **options: Any):
+                 ray_address: str | None = None, budget: Any = None, **options: Any):
+        from mk.budget import BudgetMeter
+
         self.author = author
+        #: the run's budget (a Budget or BudgetMeter): checked before every level and every node's plan; its wall
+        #: time also reaches every node as a deadline, so a node stops between phases like an auto run
+        self.budget = budget if isinstance(budget, BudgetMeter) or budget is None else BudgetMeter(budget)
         self.config = config or SearchConfig(**options)
         if config is not None and options:
             self.config = SearchConfig.from_dict({**config.to_dict(), **options})
@@ -253,9 +258,13 @@ class Search:
         done = {n.key: n for n in (NodeRecord.from_row(r) for r in store.nodes(run_id)) if n.key}
         self.on_event("search", {"run_id": run_id, "algorithm": cfg.algorithm, "resumed_nodes": len(done)})
         pool = make_pool(cfg.workers, cfg.max_workers, ray_address=self.ray_address)
+        spent = None
         try:
             specs = self._first_level(cfg)
             for depth in range(1, cfg.depth + 1):
+                spent = self._spent()
+                if spent:
+                    break
                 level = self._run_level(store, run_id, task, suite, cfg, specs, done, pool)
                 self.on_event("level", {"depth": depth, "nodes": len(level)})
                 if depth < cfg.depth:
@@ -269,7 +278,9 @@ class Search:
             pool.close()
         nodes = [NodeRecord.from_row(r) for r in store.nodes(run_id)]
         best = best_node(nodes)
-        reason = f"{cfg.algorithm} search finished: {len(nodes)} nodes" + (
+        spent = spent or self._spent()
+        reason = ("budget spent: " + spent + f"; {cfg.algorithm} search stopped at {len(nodes)} nodes" if spent else
+                  f"{cfg.algorithm} search finished: {len(nodes)} nodes") + (
             f"; best: node {best.key} ({best.plan or best.plans[:1]}, "
             f"{f'speedup {best.speedup:.2f}x' if best.speedup is not None else 'speedup not measured'})" if best else "; no correct candidate")
         store.finish_run(run_id, "correct" if best else "no_correct_candidate", reason)
@@ -304,6 +315,8 @@ class Search:
             for s in group:
                 if s.key in done:
                     continue
+                if self._spent():
+                    break
                 planner = planner or make_author(self.author)
                 origin = f"node {parent_key}" if parent_key else "the reference"
                 hint = (f"Search branch {s.branch + 1} of {s.siblings} from {origin}."
@@ -321,7 +334,7 @@ class Search:
                     hint=hint, avoid=tuple(set(chosen) | set(lineage_plans)), known=known, iterations=cfg.iterations, tune=cfg.tune,
                     max_trials=cfg.max_trials, max_fixes=cfg.max_fixes, evaluate=self.evaluate,
                     task_locator=dict(task.locator or {}), scales=tuple(task.scales),
-                    task=task if isinstance(pool, InlinePool) else None)))
+                    task=task if isinstance(pool, InlinePool) else None, deadline=self._deadline())))
         by_key = {s.key: s for s, _ in jobs}
         for result in pool.run([j for _, j in jobs]):
             rec = self._write(store, run_id, suite, by_key[result.key], result, done)
@@ -329,6 +342,16 @@ class Search:
             self.on_event("node", {"key": rec.key, "node_id": rec.node_id, "status": rec.status, "speedup": rec.speedup,
                                    "depth": rec.depth, "plan": rec.plan})
         return [done[s.key] for s in specs if s.key in done]
+
+    def _spent(self) -> str | None:
+        return self.budget.exceeded() if self.budget is not None else None
+
+    def _deadline(self) -> float | None:
+        if self.budget is None or self.budget.budget.max_wall_s is None:
+            return None
+        import time
+
+        return time.time() + max(0.0, self.budget.budget.max_wall_s - self.budget.usage().wall_s)
 
     def _worker_author(self) -> Any:
         spec = author_spec(self.author)

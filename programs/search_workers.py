@@ -156,6 +156,8 @@ class NodeJob:
     task_locator: Mapping[str, str] | None = None
     scales: tuple[str, ...] = ()
     task: Any = None  # the Task itself, for inline workers only (callables do not cross processes)
+    #: wall-clock time (``time.time()``) after which the node stops between phases (the search's time budget)
+    deadline: float | None = None
 
 
 @dataclass
@@ -241,8 +243,15 @@ def run_node(job: NodeJob) -> NodeResult:
         if job.evaluate is None:
             from mk.harness.evaluate import evaluate as real_evaluate
         evaluate = _DedupEvaluate(job.evaluate or real_evaluate, job.known)
+        budget = None
+        if job.deadline is not None:
+            import time
+
+            from mk.budget import Budget, BudgetMeter
+
+            budget = BudgetMeter(Budget(max_wall_s=max(0.0, job.deadline - time.time())))
         auto = Auto(author, target=job.target, iterations=job.iterations, evaluate=evaluate, store=None, tune=job.tune,
-                    max_trials=job.max_trials, max_fixes=job.max_fixes)
+                    max_trials=job.max_trials, max_fixes=job.max_fixes, budget=budget)
         traj = auto.run(task, suite=job.suite)
     except Exception as exc:  # a worker failure is data: the node records it and the search goes on
         log.warning("search node %s failed: %s", job.key, exc)
