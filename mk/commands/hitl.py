@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mk.commands.optimize import non_negative_int, positive_int
+from mk.commands.optimize import add_budget_flags, budget_from, non_negative_int, positive_int
 from mk.errors import ConfigError
 
 CHOICES = {"a": "approve", "approve": "approve", "": "approve", "e": "edit", "edit": "edit", "r": "redo", "redo": "redo",
@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=positive_int, default=None, help="iteration limit (default 4, or the resumed run's)")
     p.add_argument("--trials", type=non_negative_int, default=6, help="autotuning trials per candidate (0: no tuning)")
     p.add_argument("--out", default="mk-out", help="folder for the best kernel")
+    add_budget_flags(p)
     p.set_defaults(func=run)
 
 
@@ -55,11 +56,11 @@ def run(args: argparse.Namespace) -> int:
     if announcement:
         console.print(f"[bold]{announcement}[/]")
     if args.resume:
-        session = Session.resume(args.resume, db=args.db, author=author, iterations=args.iterations)
+        session = Session.resume(args.resume, db=args.db, author=author, iterations=args.iterations, budget=budget_from(args))
         console.print(f"resumed run {session.run_id}: {len(session.snapshots)} snapshots restored")
     else:
         session = Session(args.task, target=args.target, author=author, db=args.db, scale=args.scale,
-                          iterations=args.iterations or 4, max_trials=args.trials)
+                          iterations=args.iterations or 4, max_trials=args.trials, budget=budget_from(args))
     console.print(f"HITL session {session.run_id} on {session.task.name} ({session.target}); frozen suite {session.traj.suite_hash[:12]}: "
                   f"{len(session.traj.suite.cases)} cases", soft_wrap=True)
     try:

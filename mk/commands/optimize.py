@@ -42,16 +42,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--out", default="mk-out", help="folder for the kernel and the JSON report")
     p.add_argument("--json", action="store_true", help="print status, run_id, kernel_path, speedup as JSON")
-    p.add_argument("--budget-calls", type=int, default=None, help="stop after this many LM calls")
-    p.add_argument("--budget-cost", type=float, default=None, help="stop once the estimated LM cost reaches this many USD")
-    p.add_argument("--budget-time", type=float, default=None, help="stop after this many seconds of wall time")
+    add_budget_flags(p)
     p.set_defaults(func=run)
+
+
+def add_budget_flags(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--budget-calls``, ``--budget-cost``, ``--budget-time`` (``what`` prefixes the help, e.g. "a new budget: ")."""
+    p.add_argument("--budget-calls", type=non_negative_int, default=None, help=f"{what}stop after this many LM calls")
+    p.add_argument("--budget-cost", type=float, default=None, help=f"{what}stop once the estimated LM cost reaches this many USD")
+    p.add_argument("--budget-time", type=float, default=None, help=f"{what}stop after this many seconds of wall time")
+
+
+def budget_from(args: argparse.Namespace) -> Any:
+    """The :class:`mk.budget.Budget` the flags give, or None when none was given."""
+    from mk.budget import Budget
+
+    budget = Budget(args.budget_calls, args.budget_cost, args.budget_time)
+    return None if budget.unlimited else budget
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from mk.budget import Budget
     from mk.loaders import load_task
     from mk.job import optimize_task
 
@@ -90,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     with console.status("optimising…") if not args.json else contextlib.nullcontext():
         report = optimize_task(task, target=args.target, lm=args.lm, mode=args.mode, iterations=args.iterations, db=args.db,
                                out=args.out, max_trials=args.trials, on_event=on_event, search=search,
-                               budget=Budget(args.budget_calls, args.budget_cost, args.budget_time))
+                               budget=budget_from(args))
     if args.json:
         print(json.dumps({"status": report.status, "run_id": report.run_id, "kernel_path": report.kernel_path,
                           "speedup": report.speedup, "stop_reason": report.stop_reason, "report_path": report.report_path}))

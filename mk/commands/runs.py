@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from mk.commands.optimize import add_budget_flags, budget_from
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list the runs in the store, newest first")
@@ -29,9 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-workers", type=int, default=None, help="override the run's number of parallel workers")
     p.add_argument("--lm", default=None, help="the author for an auto/HITL run driven by a model (default: the offline author)")
     p.add_argument("--out", default="mk-out", help="folder for the best kernel")
-    p.add_argument("--budget-calls", type=int, default=None, help="a new budget: stop after this many LM calls")
-    p.add_argument("--budget-cost", type=float, default=None, help="a new budget: stop once the LM cost reaches this many USD")
-    p.add_argument("--budget-time", type=float, default=None, help="a new budget: stop after this many seconds of wall time")
+    add_budget_flags(p, "a new budget: ")
     p.add_argument("--json", action="store_true", help="print the resumed run's summary as JSON")
     p.set_defaults(func=resume)
 
@@ -136,10 +136,7 @@ def _resume_session(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, 
         from mk.authors import resolve_author
 
         author, _ = resolve_author(args.lm)
-    from mk.budget import Budget
-
-    budget = Budget(args.budget_calls, args.budget_cost, args.budget_time)
-    session = Session.resume(run["id"], db=args.db, author=author, budget=None if budget.unlimited else budget)
+    session = Session.resume(run["id"], db=args.db, author=author, budget=budget_from(args))
     before = len(session.snapshots)
     best = session.run_to_end()
     kernel = _write_kernel(args, run, best, session) if best is not None else None
