@@ -106,7 +106,7 @@ def optimize_task(
             raise unusable from None
     from mk.harness.envelope import Envelope
 
-    run_id, (judged, suite), best, stop, rows = outcome
+    run_id, (judged, suite), best, stop, rows, failed = outcome
     suite_hash = suite.hash
     envelope = Envelope.of(judged, suite)
     declined = getattr(author, "declined", {})
@@ -114,7 +114,7 @@ def optimize_task(
         stop = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
     kernel_path = out_dir / f"{task.name}_{target}.py" if best is not None else None
     report = OptimizeReport(
-        status="correct" if best else "no_correct_candidate",
+        status="failed" if failed else "correct" if best else "no_correct_candidate",
         run_id=run_id,
         task=task.name,
         target=target,
@@ -193,7 +193,7 @@ def _run_auto(task, author, store, target, iterations, tune, max_trials, meter, 
     best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale) if b else None
     rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
              "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]
-    return traj.run_id, (run_task, traj.suite), best, traj.stop_reason, rows
+    return traj.run_id, (run_task, traj.suite), best, traj.stop_reason, rows, traj.failed
 
 
 def _run_search(task, author, lm, store, target, iterations, tune, max_trials, options, on_event, meter=None):
@@ -213,7 +213,7 @@ def _run_search(task, author, lm, store, target, iterations, tune, max_trials, o
     n = result.best
     best = Best(n.code, n.status, n.speedup, n.plan or n.key, {}, n.plan) if n else None
     rows = [{"node": x.key, "depth": x.depth, "status": x.status, "reason": x.reason, "speedup": x.speedup} for x in result.nodes]
-    return result.run_id, (task, suite), best, result.stop_reason, rows
+    return result.run_id, (task, suite), best, result.stop_reason, rows, False
 
 
 def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelope: Any = None) -> str:

@@ -277,3 +277,18 @@ def accounted(lm: Any, accountant: Accountant) -> Any:
     new.__class__ = _accounted_class(type(lm))
     new._mk_accountant = accountant
     return new
+
+
+def lm_failed(exc: BaseException) -> bool:
+    """True when ``exc`` is a provider failure DSPy gave up on after its retries (rate limit, server error,
+    timeout, transport): the run ends ``failed`` and keeps what it found. A key, billing or configuration
+    problem is not this (mk says how to fix it instead)."""
+    try:
+        from dspy.utils import exceptions as dspy_errors
+        from dspy import lm15
+    except ImportError:  # pragma: no cover - another DSPy version
+        return False
+    unusable = (dspy_errors.LMAuthError, dspy_errors.LMBillingError, dspy_errors.LMConfigurationError,
+                dspy_errors.LMNotConfiguredError, lm15.AuthError, lm15.BillingError, lm15.ConfigurationError,
+                lm15.NotConfiguredError)
+    return isinstance(exc, (dspy_errors.LMError, lm15.LM15Error)) and not isinstance(exc, unusable)

@@ -132,6 +132,7 @@ class Trajectory:
     parent: str | None = None
     done: bool = False
     stop_reason: str = ""
+    failed: bool = False  # stopped by a fault (the language model failing after its retries), not by a rule
 
     @property
     def best(self) -> Snapshot | None:
@@ -143,7 +144,8 @@ class Trajectory:
 
     @property
     def status(self) -> str:
-        return "correct" if self.best else "no_correct_candidate"
+        """The run's status: ``failed`` after a fault (its best kernel, if any, is still kept and written)."""
+        return "failed" if self.failed else "correct" if self.best else "no_correct_candidate"
 
     @property
     def suite_hash(self) -> str:
@@ -218,6 +220,17 @@ class Auto:
             result = getattr(self, f"_{phase}")(traj)
         except BudgetExceeded as exc:
             self._finish(traj, f"budget spent: {exc}")
+            return PhaseResult(phase, None, False, traj.stop_reason)
+        except Exception as exc:
+            from mk.lm import lm_failed
+
+            if not lm_failed(exc):
+                raise
+            traj.failed = True
+            best = traj.best
+            self._finish(traj, f"the language model failed in the {phase} phase after its retries "
+                               f"({type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''})"
+                               + ("; the best kernel so far is kept" if best else ""))
             return PhaseResult(phase, None, False, traj.stop_reason)
         self.on_event("phase", {"phase": phase, "ok": result.ok, "message": result.message, "iteration": traj.attempt.iteration})
         return result

@@ -69,3 +69,33 @@ def test_cli_time_budget_with_the_offline_author(tmp_path, capsys):
                "--db", str(tmp_path / "db.duckdb"), "--out", str(tmp_path / "out"), "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 1 and "wall-time budget" in out["stop_reason"]
+
+
+def test_a_persistent_rate_limit_ends_the_run_failed_with_the_best_kernel_written(tmp_path):
+    """The model answers the first iteration (a correct kernel, then 'continue'), then rate-limits for good."""
+    from dspy.utils.exceptions import LMRateLimitError
+
+    from test_lm_author import CONTINUE
+
+    lm = script(analysis=[{"analysis": CONTINUE}])
+    engine = lm._engine_spec
+    plain = type(engine)._complete_messages
+    plans = []
+
+    def limited(self, messages):
+        if "`[[ ## plan ## ]]`" in messages[-1]["content"]:
+            plans.append(1)
+            if len(plans) > 1:
+                raise LMRateLimitError("429 RESOURCE_EXHAUSTED: quota exceeded (after 3 retries)")
+        return plain(self, messages)
+
+    engine._complete_messages = limited.__get__(engine)
+    task = load_task(RMSNORM)
+    task = task.with_scales({"ci": task.scale("ci")})
+    report = optimize_task(task, target="cpu", lm=lm, iterations=3, db=tmp_path / "db.duckdb", out=tmp_path / "out", tune=False)
+    assert report.status == "failed" and "the language model failed in the plan phase" in report.stop_reason
+    assert "LMRateLimitError" in report.stop_reason and "best kernel so far is kept" in report.stop_reason
+    assert report.kernel_path and evaluate(task, load_candidate(report.kernel_path), target="cpu", measure=False).ok
+    with Store.open(tmp_path / "db.duckdb", read_only=True) as store:
+        run = store.get_run(report.run_id)
+    assert run["status"] == "failed" and "429" in run["reason"]
