@@ -32,12 +32,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: options every command takes that a user may write on either side of the command name
+_GLOBAL_FLAGS = {"-v", "-vv", "-vvv", "--verbose"}
+_COMMAND_OPTIONS = {"--db": 1, "--kb": 1, "--json": 0}
+
+
+def normalise(argv: list[str], commands: set[str]) -> list[str]:
+    """``argv`` with the common options where argparse wants them: ``-v`` before the command, ``--db PATH``,
+    ``--kb DIR`` and ``--json`` after it (``mk --db x.duckdb runs`` = ``mk runs --db x.duckdb``)."""
+    at = next((i for i, a in enumerate(argv) if a in commands), None)
+    if at is None:
+        return list(argv)
+    front, command, rest = list(argv[:at]), argv[at], list(argv[at + 1:])
+    moved: list[str] = []
+    i, kept = 0, []
+    while i < len(front):
+        a = front[i]
+        name = a.split("=", 1)[0]
+        if name in _COMMAND_OPTIONS:
+            n = 0 if "=" in a else _COMMAND_OPTIONS[name]
+            moved += front[i:i + 1 + n]
+            i += 1 + n
+            continue
+        kept.append(a)
+        i += 1
+    late = [a for a in rest if a in _GLOBAL_FLAGS and "--" not in rest[:rest.index(a)]]
+    rest = [a for a in rest if a not in late]
+    return kept + late + [command] + moved + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    want_json = "--json" in (sys.argv[1:] if argv is None else argv)
+    commands = set(parser._subparsers._group_actions[0].choices) if parser._subparsers else set()
+    argv = normalise(list(sys.argv[1:] if argv is None else argv), commands)
+    want_json = "--json" in argv
     if want_json:  # --json always prints JSON, usage errors included
         def json_error(message: str) -> None:
-            _print_json_error("UsageError", message, f"see `mk {(argv or sys.argv[1:] or [''])[0]} --help`")
+            _print_json_error("UsageError", message, f"see `mk {next((a for a in argv if a in commands), '')} --help`")
             raise SystemExit(2)
 
         parser.error = json_error  # type: ignore[method-assign]
