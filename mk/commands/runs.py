@@ -36,13 +36,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=resume)
 
 
+def read_store(db: str | None) -> Any:
+    """The store a read command looks at; a StoreError when a named file does not exist (a mistyped --db must
+    not create an empty store and report that it holds no runs)."""
+    from pathlib import Path
+
+    from mk.errors import StoreError
+    from mk.store import MEMORY, Store, resolve_path
+
+    where = resolve_path(db)
+    if db is not None and str(db) != MEMORY and isinstance(where, Path) and not where.exists():
+        raise StoreError(f"no mk store at {where}", hint="check the --db path (mk creates a store on its first run)")
+    return Store.open(db)
+
+
 def list_runs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from mk.store import Store
-
-    with Store.open(args.db) as store:
+    with read_store(args.db) as store:
         rows = store.query(
             """SELECT r.id, r.mode, r.status, r.reason, r.started_at, r.finished_at, t.name AS task,
                       (SELECT count(*) FROM nodes n WHERE n.run_id = r.id) AS nodes,
@@ -63,9 +75,7 @@ def list_runs(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from mk.store import Store
-
-    with Store.open(args.db) as store:
+    with read_store(args.db) as store:
         run = store.find_run(args.run)
         info = describe_run(store, run)
     if args.json:
