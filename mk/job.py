@@ -250,6 +250,9 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
     else:
         header.append("# envelope: not recorded for this run; judge the kernel on your shapes with mk eval before use")
     header.append("")
+    from mk.candidate import Candidate
+
+    entry = Candidate.from_source(best.source).entry  # kernel, or workload / computation
     footer = []
     if best.config:
         footer = [
@@ -257,12 +260,12 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
             "",
             "# --- mk: the chosen CONFIG_SPACE point becomes the default ---",
             f"TUNED_CONFIG = {best.config!r}",
-            "_untuned_kernel = kernel",
+            f"_untuned_{entry} = {entry}",
             "",
             "",
-            "def kernel(*args, **kwargs):",
-            "    return _untuned_kernel(*args, **{**TUNED_CONFIG, **kwargs})",
+            f"def {entry}(*args, **kwargs):",
+            f"    return _untuned_{entry}(*args, **{{**TUNED_CONFIG, **kwargs}})",
             "",
         ]
-    guard = envelope.guard_source("kernel") if envelope is not None else ""
+    guard = envelope.guard_source(entry) if envelope is not None else ""
     return "\n".join(header) + best.source.rstrip("\n") + "\n" + "\n".join(footer) + guard

@@ -12,11 +12,15 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from mk.harness import build_suite, evaluate
 from mk.harness.envelope import OUTSIDE, Envelope
-from mk.harness.heldout import derive, heldout_scales, other_float, unit
+import secrets
+
+from mk.errors import TaskError
+from mk.harness.heldout import derive, fresh_size, heldout_scales, other_float, sized, unit
 from mk.job import Best, with_provenance
 from mk.loaders import load_task, task_from_callable
 from mk.targets import get_target
@@ -135,7 +139,10 @@ def test_general_kernel_is_correct_and_its_envelope_says_what_was_verified():
     assert "rank" in env.check([(2, 16, 256), (256,)])
     assert env.check([(16, 256), (256,)], static={"eps": "big"}) is not None
     words = "\n".join(env.lines())
-    assert "x: float32[any multiple of 16 >= 16" in words and "static eps: any float" in words
+    assert "x: float32[any multiple of 16 from 16 to 80" in words and "static eps: any number from 1e-06 to 0.25" in words
+    assert "multiple of 128 from 256" in env.check([(16, 2048), (2048,)])  # beyond anything judged: not claimed
+    assert "static eps=1.0" in env.check([(16, 256), (256,)], static={"eps": 1.0})  # nor beyond the judged values
+    assert env.check([(16, 256), (256,)], static={"eps": np.float32(0.1)}) is None
 
 
 def _written(task: Task, suite, source: str, path: Path) -> Path:
@@ -150,9 +157,14 @@ def test_written_kernel_is_correct_elsewhere_in_its_envelope_and_refuses_outside
     kernel = _written(task, build_suite(task), GENERAL, tmp_path / "k.py")
     text = kernel.read_text()
     assert "# envelope (outside it the kernel raises a ValueError when traced):" in text and "MK_ENVELOPE" in text
-    inside = task.with_scales({"other": Scale("other", {"m": 48, "n": 384}, static={"eps": 1e-2})})
+    # a copy judged at sizes inside the envelope only (its own held-out sizes would lie beyond it)
+    inside = dataclasses.replace(task.with_scales({"other": Scale("other", {"m": 48, "n": 512}, static={"eps": 1e-2})}),
+                                 heldout=())
     res = evaluate(inside, kernel, target="cpu", measure=False)
     assert res.status == "correct", res.reason
+    # judged with held-out and fresh sizes of its own, it is correct where they fall inside and refuses the rest
+    res = evaluate(task.with_scales({"other": Scale("other", {"m": 48, "n": 384})}), kernel, target="cpu", measure=False)
+    assert res.status in ("correct", "outside_envelope"), res.reason
     outside = task.with_scales({"odd": Scale("odd", {"m": 16, "n": 200})})
     res = evaluate(outside, kernel, target="cpu", measure=False)
     assert res.status == "outside_envelope" and OUTSIDE in res.reason and "axis 1 is 200" in res.reason
@@ -167,8 +179,7 @@ def test_an_eps_the_suite_never_varied_is_pinned(tmp_path):
 
 
 def test_every_evaluation_adds_a_fresh_size_within_the_rule():
-    from mk.harness.heldout import FRESH, fresh_size, sized
-    import secrets
+    from mk.harness.heldout import FRESH
 
     task = rms_task()
     seen = set()
@@ -199,3 +210,77 @@ def test_mk_eval_reproduces_a_failed_case(tmp_path):
     assert [c["key"] for c in verdict["cases"]][:1] == [key]
     bad = subprocess.run(cmd + ["--case", "nowhere-s1-normal"], capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "no case 'nowhere-s1-normal'" in bad.stderr
+
+
+# --- what the attack on the envelope found (tests/adversarial/README.md, round 4) ----------------------------------
+def test_an_int_static_equal_to_a_dim_stays_tied_to_it():
+    task = load_task("jaxbench:49k_Matmul_AvgPool_GELU_Scale_Max")
+    task = task.with_scales({"ci": task.scale("ci")})  # B = pool_kernel_size = 16 there, by chance
+    env = Envelope.of(task, build_suite(task))
+    pool = next(s for s in env.static if s.name == "pool_kernel_size")
+    assert pool.kind == "axis" and pool.axis == (0, 0)
+    shapes = task.shapes("ci")
+    assert "pool_kernel_size=16" in env.check([(32, shapes[0][1]), *shapes[1:]], static={"pool_kernel_size": 16})
+    assert env.check([(32, shapes[0][1]), *shapes[1:]], static={"pool_kernel_size": 32}) is None
+
+
+def test_declared_heldout_sizes_are_claimed_only_where_judged():
+    task = load_task("jaxbench:13p_Cross_Entropy")
+    task = task.with_scales({"ci": task.scale("ci")})
+    env = Envelope.of(task, build_suite(task))
+    assert env.exact and fresh_size(task, secrets) is None
+    (h, w, lab) = task.shapes("ci")
+    assert env.check([h, w, lab]) is None
+    assert "not one of the verified points" in env.check([(h[0] * 2, h[1]), w, (lab[0] * 2,)]) or \
+        "one of" in env.check([(h[0] * 2, h[1]), w, (lab[0] * 2,)])
+    with pytest.raises(TaskError, match="draws no fresh sizes"):
+        sized(task, "size-48x128_128x1000_48")
+
+
+def test_fresh_sizes_stay_inside_the_envelope_and_their_names_reproduce_them():
+    def mm(x, w):
+        return x @ w
+
+    task = task_from_callable(mm, [((256, 256), "float32"), ((256, 256), "float32")])  # M = K = N by chance
+    env = Envelope.of(task, build_suite(task))
+    for _ in range(20):
+        f = fresh_size(task, secrets)
+        assert env.check(list(f.shapes), ["float32", "float32"]) is None, f.name
+        assert sized(task, f.name).shapes == f.shapes
+    rms = rms_task()
+    f = fresh_size(rms, secrets)
+    assert "~eps=" in f.name and sized(rms, f.name).static == f.static  # the drawn eps travels in the name
+    for bad in ("size-16x200_200", "size-16x256", "size-scalar_256", "size-16x99999_99999", "size-16x384_384~eps=9.0"):
+        with pytest.raises(TaskError):
+            sized(rms, bad)
+
+
+def test_the_written_guard_reads_statics_either_way_and_round_trips_tuples(tmp_path):
+    from mk.harness.static import check_source
+
+    def sum_axes(x, axes):
+        return jnp.sum(x, axis=axes)
+
+    task = task_from_callable(sum_axes, [((16, 256), "float32")], static={"axes": (1,)})
+    env = Envelope.from_dict(Envelope.of(task, build_suite(task)).to_dict())
+    assert env.check([(16, 256)], static={"axes": (1,)}) is None and env.check([(16, 256)], static={"axes": (0,)})
+    best = Best("import jax.numpy as jnp\n\ndef workload(x, axes):\n    return jnp.sum(x, axis=axes)\n", "correct", None, "hand",
+                {}, "")
+    text = with_provenance(best, task, "0" * 64, get_target("cpu"), env)
+    assert check_source(text, target="cpu", require_pallas=False).ok
+    namespace: dict = {}
+    exec(compile(text, "k.py", "exec"), namespace)
+    x = jnp.ones((16, 256))
+    assert namespace["workload"](x, (1,)).shape == (16,)
+    with pytest.raises(ValueError, match=OUTSIDE):
+        namespace["workload"](x, (0,))
+    with pytest.raises(ValueError, match=OUTSIDE):
+        namespace["workload"](x, axes=(0,))  # given by keyword to a positional task: still checked
+    rms = rms_task()
+    text = with_provenance(Best(GENERAL, "correct", None, "hand", {}, ""), rms, "0" * 64, get_target("cpu"),
+                           Envelope.of(rms, build_suite(rms)))
+    exec(compile(text, "r.py", "exec"), namespace)
+    y = jnp.ones((16, 256))
+    assert namespace["kernel"](y, jnp.ones(256), np.float32(1e-3)).shape == (16, 256)
+    with pytest.raises(ValueError, match="static eps"):
+        namespace["kernel"](y, jnp.ones(256), eps=1.0)

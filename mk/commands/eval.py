@@ -90,7 +90,7 @@ def pick_cases(task: Any, keys: list[str], scale: str | None) -> Any:
             picked.append(known[key])
             continue
         parts = key.rsplit("-", 2)
-        if parts[0].startswith(FRESH) and parts[0] not in sizes:  # an evaluation's fresh size: rebuilt from its name
+        if parts[0].startswith(FRESH) and parts[0] not in sizes and parts[0] not in scales:  # an evaluation's fresh size
             sizes[parts[0]] = sized(task, parts[0])
             scales.add(parts[0])
         if len(parts) != 3 or not parts[1].startswith("s") or not parts[1][1:].isdigit() or parts[0] not in scales \

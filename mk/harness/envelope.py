@@ -22,10 +22,13 @@ and :meth:`Envelope.lines` says it in words.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from mk.harness.arrays import decode_static, encode_static
 
 
 #: the first words of the error a written kernel raises outside its envelope (the judge recognises them)
@@ -37,35 +40,43 @@ class Axis:
     kind: str  # fixed | multiple | one_of
     values: tuple[int, ...]
     unit: int = 0
+    top: int = 0  # the largest size a ``multiple`` rule claims (the largest judged, or the top of the fresh draws)
 
     def allows(self, v: int) -> bool:
         if self.kind == "multiple":
-            return v >= min(self.values) and v % self.unit == 0
+            return min(self.values) <= v <= self.top and v % self.unit == 0
         return v in self.values
 
     def words(self) -> str:
         if self.kind == "fixed":
             return str(self.values[0])
         if self.kind == "multiple":
-            return f"any multiple of {self.unit} >= {min(self.values)} (verified at {', '.join(map(str, self.values))})"
+            return (f"any multiple of {self.unit} from {min(self.values)} to {self.top} (verified at "
+                    f"{', '.join(map(str, self.values))} and a secret size drawn in that range by every evaluation)")
         return "one of " + ", ".join(map(str, self.values))
 
 
 @dataclass(frozen=True)
 class Static:
     name: str
-    kind: str  # fixed | one_of | any
+    kind: str  # fixed | one_of | range | axis
     values: tuple[Any, ...]
-    type: str = ""
+    axis: tuple[int, int] = (0, 0)  # for ``axis``: the input axis the value always equals
 
-    def allows(self, v: Any) -> bool:
-        if self.kind == "any":
-            return type(v).__name__ == self.type or (self.type == "float" and isinstance(v, (int, float)) and not isinstance(v, bool))
+    def allows(self, v: Any, shapes: Sequence[Sequence[int]] | None = None) -> bool:
+        if self.kind == "range":
+            return _real(v) and min(self.values) <= float(v) <= max(self.values)
+        if self.kind == "axis":
+            i, j = self.axis
+            return _integral(v) and shapes is not None and int(v) == int(shapes[i][j])
         return any(_same(v, w) for w in self.values)
 
-    def words(self) -> str:
-        if self.kind == "any":
-            return f"any {self.type} (verified at {', '.join(map(repr, self.values))})"
+    def words(self, names: Sequence[str] = ()) -> str:
+        if self.kind == "range":
+            return f"any number from {min(self.values)!r} to {max(self.values)!r} (verified at {', '.join(map(repr, self.values))})"
+        if self.kind == "axis":
+            i, j = self.axis
+            return f"equal to {names[i] if i < len(names) else i}.shape[{j}] (so at every verified size)"
         if self.kind == "fixed":
             return repr(self.values[0])
         return "one of " + ", ".join(map(repr, self.values))
@@ -84,17 +95,27 @@ class Envelope:
     cases: int
     suite_hash: str
     static_as_kwargs: bool = False
+    #: only the verified points themselves (tasks whose held-out sizes are declared, not drawn: no size between
+    #: or beyond them was ever judged, and relations between dims, such as pages = sequences x pages per sequence,
+    #: hold only there)
+    exact: bool = False
 
     # --- building ------------------------------------------------------------------------
     @classmethod
     def of(cls, task: Any, suite: Any) -> "Envelope":
         """The envelope of ``suite`` on ``task`` (the task without or with the suite's held-out scales)."""
+        from mk.harness.heldout import fresh_tops
+        from mk.task import dtype_name, np_dtype
+
+        authoring = task
         task = suite.judged(task)
         scales = list(suite.scales)
         held = [s for s in scales if s in suite.heldout_names]
         seen = [s for s in scales if s not in held]
         shapes = {s: task.shapes(s) for s in scales}
         statics = {s: task.static_values(s) for s in scales}
+        tops = fresh_tops(authoring) if held else {}
+        exact = bool(held) and (authoring.heldout is not None or authoring.native_inputs is not None)
         axes = []
         for i, arg in enumerate(task.args):
             row = []
@@ -103,8 +124,8 @@ class Envelope:
                 authored = {int(shapes[s][i][j]) for s in seen}
                 if len(values) == 1:
                     row.append(Axis("fixed", values))
-                elif any(int(shapes[s][i][j]) not in authored for s in held):
-                    row.append(Axis("multiple", values, math.gcd(*values)))
+                elif not exact and any(int(shapes[s][i][j]) not in authored for s in held):
+                    row.append(Axis("multiple", values, math.gcd(*values), max(max(values), tops.get((i, j), 0))))
                 else:
                     row.append(Axis("one_of", values))
             axes.append(tuple(row))
@@ -117,18 +138,23 @@ class Envelope:
         for k, s in enumerate(task.static):
             values = _unique([statics[n][k] for n in scales])
             authored = [statics[n][k] for n in seen]
+            moved = any(not any(_same(statics[n][k], a) for a in authored) for n in held)
+            tie = _axis_tie([statics[n][k] for n in scales], [shapes[n] for n in scales]) if len(values) > 1 else None
             if len(values) == 1:
                 static.append(Static(s.name, "fixed", tuple(values)))
-            elif any(not any(_same(statics[n][k], a) for a in authored) for n in held):
-                static.append(Static(s.name, "any", tuple(values), type(values[0]).__name__))
+            elif tie is not None:  # an int static equal to one axis at every verified size: it stays tied to it
+                static.append(Static(s.name, "axis", tuple(values), tie))
+            elif moved and not exact and all(_real(v) and not isinstance(v, bool) for v in values):
+                static.append(Static(s.name, "range", tuple(float(v) for v in values)))
             else:
                 static.append(Static(s.name, "one_of", tuple(values)))
         points = {s: {"inputs": [[list(shape), a.dtype] for shape, a in zip(shapes[s], task.args)],
-                      "static": {st.name: repr(v) for st, v in zip(task.static, statics[s])}} for s in scales}
+                      "static": {st.name: repr(v) for st, v in zip(task.static, statics[s])},
+                      "values": [_encode(v) for v in statics[s]]} for s in scales}
         tol = task.tolerance
-        return cls(tuple(a.name for a in task.args), tuple(a.dtype for a in task.args), tuple(axes),
+        return cls(tuple(a.name for a in task.args), tuple(dtype_name(np_dtype(a.dtype)) for a in task.args), tuple(axes),
                    tuple(tuple(g) for g in groups.values() if len(g) > 1), tuple(static), points, tuple(held),
-                   {"atol": tol.atol, "rtol": tol.rtol}, len(suite.cases), suite.hash, task.static_as_kwargs)
+                   {"atol": tol.atol, "rtol": tol.rtol}, len(suite.cases), suite.hash, task.static_as_kwargs, exact)
 
     # --- checking ------------------------------------------------------------------------
     def check(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any] | None = None,
@@ -149,61 +175,135 @@ class Envelope:
             if len(sizes) > 1:
                 where = ", ".join(f"{self.names[i]}[{j}]" for i, j in group)
                 return f"axes {where} were equal at every verified size and differ here ({sorted(sizes)})"
+        given = {}
         if static is not None:
             given = dict(static) if isinstance(static, Mapping) else dict(zip((s.name for s in self.static), static))
             for s in self.static:
-                if s.name in given and not s.allows(given[s.name]):
-                    return f"static {s.name}={given[s.name]!r}; verified: {s.words()}"
+                if s.name in given and not s.allows(given[s.name], shapes):
+                    return f"static {s.name}={given[s.name]!r}; verified: {s.words(self.names)}"
+        if self.exact and not self._at_a_point(shapes, given):
+            return ("these sizes and static values are not one of the verified points (this task's held-out sizes are "
+                    "declared, so only those points were judged): " + "; ".join(self.points))
         return None
+
+    def _at_a_point(self, shapes: Sequence[Sequence[int]], given: Mapping[str, Any]) -> bool:
+        want = [[int(d) for d in s] for s in shapes]
+        for point in self.points.values():
+            if [list(map(int, shape)) for shape, _ in point["inputs"]] != want:
+                continue
+            values = [decode_static(v) for v in point.get("values", [])]
+            if all(s.name not in given or _same(given[s.name], v) for s, v in zip(self.static, values)):
+                return True
+        return False
 
     # --- words and records ---------------------------------------------------------------
     def lines(self) -> list[str]:
         """The envelope in plain words, one line each."""
         out = [f"verified on {len(self.points)} sizes ({', '.join(self.points)}; held out from the author: "
                f"{', '.join(self.heldout) or 'none'}), {self.cases} frozen cases, suite {self.suite_hash[:16]}"]
+        if self.exact:
+            out.append("  only at those sizes: the held-out sizes are declared by the task, none was drawn")
         for name, dtype, axes in zip(self.names, self.dtypes, self.axes):
             out.append(f"  {name}: {dtype}[{', '.join(a.words() for a in axes)}]")
         for group in self.equal:
             out.append("  equal: " + " = ".join(f"{self.names[i]}[{j}]" for i, j in group))
         for s in self.static:
-            out.append(f"  static {s.name}: {s.words()}")
+            out.append(f"  static {s.name}: {s.words(self.names)}")
         out.append(f"  tolerance: atol {self.tolerance.get('atol')}, rtol {self.tolerance.get('rtol')}")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def rule(self) -> dict[str, Any]:
+        """The checkable part, as JSON-able data (statics tagged as :func:`mk.harness.arrays.encode_static` does)."""
         return {"names": list(self.names), "dtypes": list(self.dtypes),
-                "axes": [[[a.kind, list(a.values), a.unit] for a in row] for row in self.axes],
+                "axes": [[[a.kind, list(a.values), a.unit, a.top] for a in row] for row in self.axes],
                 "equal": [[list(p) for p in g] for g in self.equal],
-                "static": [[s.name, s.kind, [_plain(v) for v in s.values], s.type] for s in self.static],
-                "points": dict(self.points), "heldout": list(self.heldout), "tolerance": {k: _plain(v) for k, v in self.tolerance.items()},
-                "cases": self.cases, "suite_hash": self.suite_hash, "static_as_kwargs": self.static_as_kwargs}
+                "static": [[s.name, s.kind, [_encode(v) for v in s.values], list(s.axis)] for s in self.static],
+                "static_as_kwargs": self.static_as_kwargs, "exact": self.exact,
+                "points": [[[list(map(int, shape)) for shape, _ in p["inputs"]], p.get("values", [])] for p in self.points.values()]}
+
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.rule(), "points": dict(self.points), "heldout": list(self.heldout),
+                "tolerance": {k: _plain(v) for k, v in self.tolerance.items()}, "cases": self.cases,
+                "suite_hash": self.suite_hash}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Envelope":
         return cls(tuple(d["names"]), tuple(d["dtypes"]),
-                   tuple(tuple(Axis(k, tuple(v), int(u)) for k, v, u in row) for row in d["axes"]),
+                   tuple(tuple(Axis(a[0], tuple(a[1]), int(a[2]), int(a[3]) if len(a) > 3 else 0) for a in row) for row in d["axes"]),
                    tuple(tuple((int(i), int(j)) for i, j in g) for g in d["equal"]),
-                   tuple(Static(n, k, tuple(v), t) for n, k, v, t in d["static"]),
+                   tuple(Static(n, k, tuple(decode_static(x) for x in v), tuple(ax) if isinstance(ax, list) else (0, 0))
+                         for n, k, v, ax in d["static"]),
                    dict(d["points"]), tuple(d["heldout"]), dict(d["tolerance"]), int(d["cases"]), str(d["suite_hash"]),
-                   bool(d.get("static_as_kwargs", False)))
+                   bool(d.get("static_as_kwargs", False)), bool(d.get("exact", False)))
 
     def guard_source(self, entry: str = "kernel") -> str:
         """Python for the end of a written kernel file: ``entry`` refuses, at trace time, inputs outside the envelope."""
-        rule = {"names": list(self.names), "dtypes": list(self.dtypes),
-                "axes": [[[a.kind, list(a.values), a.unit] for a in row] for row in self.axes],
-                "equal": [[list(p) for p in g] for g in self.equal],
-                "static": [[s.name, s.kind, [_plain(v) for v in s.values], s.type] for s in self.static],
-                "static_as_kwargs": self.static_as_kwargs}
+        rule = _guard_literal(self.rule())
         return _GUARD.format(rule=repr(rule), entry=entry, outside=OUTSIDE)
 
 
+def _axis_tie(values: Sequence[Any], shapes: Sequence[Sequence[Sequence[int]]]) -> tuple[int, int] | None:
+    """The first input axis an int static equals at every verified size, if any."""
+    if not all(_integral(v) and not isinstance(v, bool) for v in values):
+        return None
+    for i, shape in enumerate(shapes[0]):
+        for j in range(len(shape)):
+            if all(int(v) == int(sh[i][j]) for v, sh in zip(values, shapes)):
+                return (i, j)
+    return None
+
+
+def _encode(value: Any) -> Any:
+    """A static as JSON (:func:`encode_static`), or its repr for values that have no JSON form."""
+    try:
+        return encode_static(value)
+    except TypeError:
+        return {"__repr__": repr(value)}
+
+
+def _guard_literal(value: Any) -> Any:
+    """Tagged statics as plain literals the written file compares against: tuples stay tuples, dtypes by name."""
+    if isinstance(value, dict):
+        if "__tuple__" in value:
+            return tuple(_guard_literal(v) for v in value["__tuple__"])
+        if "__dtype__" in value:
+            return "dtype:" + value["__dtype__"]
+        if "__dict__" in value:
+            return {k: _guard_literal(v) for k, v in value["__dict__"].items()}
+        if "__repr__" in value:
+            return value
+        return {k: _guard_literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_guard_literal(v) for v in value]
+    return value
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and not isinstance(v, np.bool_)
+
+
+def _integral(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
+    if isinstance(b, dict) and "__repr__" in b:
+        return repr(a) == b["__repr__"]
+    if _real(a) and _real(b):
+        return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if _is_dtype(a) or _is_dtype(b):
         try:
-            return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
-        except (TypeError, ValueError):
+            return np.dtype(a) == np.dtype(b)
+        except TypeError:
             return False
     return type(a) is type(b) and a == b or repr(a) == repr(b)
+
+
+def _is_dtype(v: Any) -> bool:
+    return isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic))
 
 
 def _unique(values: Sequence[Any]) -> list[Any]:
@@ -229,40 +329,73 @@ MK_ENVELOPE = {rule}
 _mk_unchecked_{entry} = {entry}
 
 
+def _mk_same(v, w):
+    if isinstance(w, str) and w.startswith("dtype:"):
+        return w[6:] in (getattr(v, "name", None), getattr(v, "__name__", None), str(v))
+    if isinstance(w, (tuple, list)):
+        return isinstance(v, (tuple, list)) and len(v) == len(w) and all(_mk_same(a, b) for a, b in zip(v, w))
+    if isinstance(w, dict) and "__repr__" in w:
+        return repr(v) == w["__repr__"]
+    if isinstance(w, bool) or isinstance(v, bool):
+        return type(v) is type(w) and v == w
+    if isinstance(w, (int, float)):
+        return _mk_number(v) and float(v) == float(w)
+    return v == w
+
+
+def _mk_number(v):
+    if isinstance(v, (bool, str, bytes)) or type(v).__name__ in ("bool_", "str_", "bytes_"):
+        return False
+    return isinstance(v, (int, float)) or type(v).__module__ == "numpy"
+
+
 def _mk_outside(args, kwargs):
     env = MK_ENVELOPE
     n = len(env["names"])
     if len(args) < n:
         return "%d inputs given, the kernel was verified with %d" % (len(args), n)
+    shapes = [tuple(int(d) for d in getattr(a, "shape", ())) for a in args[:n]]
     for i in range(n):
-        name, shape, dtype = env["names"][i], tuple(getattr(args[i], "shape", ())), str(getattr(args[i], "dtype", ""))
+        name, shape, dtype = env["names"][i], shapes[i], str(getattr(args[i], "dtype", ""))
         if dtype != env["dtypes"][i]:
             return "input %r is %s, verified as %s" % (name, dtype, env["dtypes"][i])
         if len(shape) != len(env["axes"][i]):
             return "input %r has rank %d, verified with rank %d" % (name, len(shape), len(env["axes"][i]))
         for j in range(len(shape)):
-            kind, values, unit = env["axes"][i][j]
-            v = int(shape[j])
-            ok = (v >= min(values) and v % unit == 0) if kind == "multiple" else v in values
+            kind, values, unit, top = env["axes"][i][j]
+            v = shape[j]
+            ok = (min(values) <= v <= top and v % unit == 0) if kind == "multiple" else v in values
             if not ok:
-                rule = "a multiple of %d >= %d" % (unit, min(values)) if kind == "multiple" else "one of %s" % (values,)
+                rule = "a multiple of %d from %d to %d" % (unit, min(values), top) if kind == "multiple" else "one of %s" % (values,)
                 return "input %r axis %d is %d; verified: %s" % (name, j, v, rule)
     for group in env["equal"]:
-        sizes = [int(args[i].shape[j]) for i, j in group]
+        sizes = [shapes[i][j] for i, j in group]
         if min(sizes) != max(sizes):
             return "axes %s must be equal, got %s" % (group, sizes)
-    given = kwargs if env["static_as_kwargs"] else dict(zip([s[0] for s in env["static"]], args[n:]))
-    for name, kind, values, typ in env["static"]:
+    names = [s[0] for s in env["static"]]
+    given = dict(zip(names, args[n:]))
+    given.update(dict((k, kwargs[k]) for k in names if k in kwargs))
+    for name, kind, values, axis in env["static"]:
         if name not in given:
             continue
         v = given[name]
-        if kind == "any":
-            ok = type(v).__name__ == typ or (typ == "float" and isinstance(v, (int, float)) and not isinstance(v, bool))
+        if kind == "range":
+            ok = _mk_number(v) and min(values) <= float(v) <= max(values)
+            rule = "a number from %r to %r" % (min(values), max(values))
+        elif kind == "axis":
+            ok = _mk_number(v) and float(v) == int(v) and int(v) == shapes[axis[0]][axis[1]]
+            rule = "equal to %s.shape[%d]" % (env["names"][axis[0]], axis[1])
         else:
-            ok = any(v == w or repr(v) == w for w in values)
+            ok = any(_mk_same(v, w) for w in values)
+            rule = "one of %r" % (values,)
         if not ok:
-            rule = "any %s" % typ if kind == "any" else "one of %s" % (values,)
             return "static %s=%r; verified: %s" % (name, v, rule)
+    if env["exact"]:
+        for point_shapes, point_values in env["points"]:
+            if [list(s) for s in shapes] == point_shapes and all(
+                    name not in given or _mk_same(given[name], w) for name, w in zip(names, point_values)):
+                return None
+        return "these sizes and static values are not one of the verified points"
     return None
 
 

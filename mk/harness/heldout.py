@@ -89,48 +89,119 @@ def derive(task: Task) -> Scale | None:
 FRESH = "size-"
 
 
-def fresh_size(task: Task, rng: Any) -> Scale | None:
-    """A size drawn for one evaluation: each dim the held-out scale moves grows by a random 1-4 units from the
-    smallest scale (``rng.randbelow``; past the sizes the author was shown and the held-out one), so the held-out
-    scale's public, fixed sizes are not the only unseen ones.
-    None for tasks with declared held-out scales or their own generator (their sizes are the task's to choose)."""
+#: a fresh size grows each moved dim by 1 to this many units (further past sizes the author saw)
+FRESH_UNITS = 4
+
+
+class _Fresh:
+    """What a fresh size may change: the dims and statics the held-out scale moved, dims equal at every judged
+    size moving together, so a fresh size stays inside the envelope the suite verifies."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.plan = _Plan(task)
+        moves = self.plan.dim_moves()
+        kept = self.plan.accepted(moves, self.plan.static_moves(moves))
+        self.held_dims, self.held_static = kept if kept is not None else ({}, {})
+        groups: dict[tuple[Any, ...], list[str]] = {}
+        for d in self.held_dims:
+            groups.setdefault((tuple(self.plan.value(n, d) for n in task.scales), self.held_dims[d]), []).append(d)
+        self.groups = list(groups.values())
+        base = dict(zip((s.name for s in task.static), task.static_values(self.plan.base.name)))
+        self.floats = {k: (base[k], v) for k, v in self.held_static.items() if isinstance(v, float) and isinstance(base[k], float)}
+
+    def dims(self, k: Mapping[str, int]) -> dict[str, int]:
+        grown = self.plan.dim_moves({d: k[g[0]] for g in self.groups for d in g}, avoid=self.held_dims)
+        return {d: grown[d] for d in self.held_dims}
+
+    def tops(self) -> dict[str, int]:
+        return self.dims({g[0]: FRESH_UNITS for g in self.groups})
+
+    def axes_of(self, dim: str) -> list[tuple[int, int]]:
+        if not self.plan.named:
+            return list(self.plan.axes[dim])
+        return [(i, j) for i, a in enumerate(self.task.args) for j, d in enumerate(a.shape) if d == dim]
+
+    def scale(self, name_dims: Mapping[str, int], floats: Mapping[str, float]) -> Scale | None:
+        static = {**self.plan.static_moves(name_dims, floats=False), **floats}
+        static = {k: v for k, v in static.items() if k in self.held_static}
+        if not self.plan.traces(name_dims, static):
+            return None
+        scale = self.plan.scale("_fresh", name_dims, static)
+        shapes = self.task.with_scales({"_fresh": scale}).shapes("_fresh")
+        name = FRESH + "_".join("x".join(map(str, sh)) if sh else "scalar" for sh in shapes)
+        name += "".join(f"~{k}={v!r}" for k, v in sorted(floats.items()))
+        return Scale(name, shapes=tuple(shapes), static=scale.static)
+
+
+def _fresh(task: Task) -> _Fresh | None:
     if task.heldout is not None or task.native_inputs is not None:
         return None
-    plan = _Plan(task)
-    dims = plan.dim_moves({d: 1 + rng.randbelow(4) for d in plan.steps()}, avoid=plan.dim_moves())
-    if not dims:
+    fresh = _Fresh(task)
+    return fresh if fresh.held_dims else None
+
+
+def fresh_tops(task: Task) -> dict[tuple[int, int], int]:
+    """Per input axis a fresh size may move, the largest size it may draw (what the envelope claims up to)."""
+    fresh = _fresh(task)
+    if fresh is None:
+        return {}
+    return {ax: top for d, top in fresh.tops().items() for ax in fresh.axes_of(d)}
+
+
+def fresh_size(task: Task, rng: Any) -> Scale | None:
+    """A size drawn for one evaluation from a secret source (``rng.randbelow``): each group of dims the held-out
+    scale moves grows by 1-:data:`FRESH_UNITS` units from the smallest scale (past the sizes the author saw and
+    the held-out one), and each float static it moves is drawn between its two values. The held-out scale's
+    sizes are public; this one is not. None for tasks with declared held-out scales or their own generator."""
+    fresh = _fresh(task)
+    if fresh is None:
         return None
-    kept = plan.accepted(dims, plan.static_moves(dims, floats=False))
-    if kept is None or not kept[0]:
-        return None
-    scale = plan.scale("_fresh", *kept)
-    shapes = task.with_scales({"_fresh": scale}).shapes("_fresh")
-    return Scale(FRESH + "_".join("x".join(map(str, s)) or "1" for s in shapes), shapes=tuple(shapes), static=scale.static)
+    dims = fresh.dims({g[0]: 1 + rng.randbelow(FRESH_UNITS) for g in fresh.groups})
+    floats = {k: _between(a, b, rng) for k, (a, b) in fresh.floats.items()}
+    return fresh.scale(dims, floats)
+
+
+def _between(a: float, b: float, rng: Any) -> float:
+    """A value between ``a`` and ``b`` (log-uniform when both are positive), rounded to 6 significant digits."""
+    u = rng.randbelow(10**6) / 10**6
+    lo, hi = min(a, b), max(a, b)
+    value = lo * (hi / lo) ** u if lo > 0 else lo + (hi - lo) * u
+    return float(f"{value:.6g}")
 
 
 def sized(task: Task, name: str) -> Scale:
-    """The fresh-size scale named ``name`` again (``mk eval --case`` reproduces a fresh-size failure with it)."""
+    """The fresh-size scale named ``name`` again (``mk eval --case`` reproduces a fresh-size failure with it);
+    a TaskError when the name is not one this task's fresh sizes can have."""
+    fresh = _fresh(task)
+    if fresh is None:
+        raise TaskError(f"task {task.name!r} draws no fresh sizes (its held-out sizes are declared, or its inputs come from "
+                        "its own generator)", hint="use a key of one of the suite's own cases")
+    body, *static_parts = name[len(FRESH):].split("~") if name.startswith(FRESH) else ("", )
+    example = f"e.g. {fresh.scale(fresh.dims({g[0]: 1 for g in fresh.groups}), {k: b for k, (a, b) in fresh.floats.items()}).name}"
     try:
-        shapes = tuple(tuple(int(d) for d in part.split("x")) if part != "1" else () for part in name[len(FRESH):].split("_"))
+        shapes = tuple(() if part == "scalar" else tuple(int(d) for d in part.split("x")) for part in body.split("_"))
+        floats = {k: float(v) for k, v in (p.split("=", 1) for p in static_parts)}
     except ValueError:
-        raise TaskError(f"{name!r} is not a fresh-size scale name", hint=f"it reads {FRESH}<shape>_<shape>..., e.g. {FRESH}48x384_384") from None
-    if not name.startswith(FRESH) or len(shapes) != len(task.args):
-        raise TaskError(f"{name!r} does not give one shape per input of {task.name!r}")
-    plan = _Plan(task)
+        raise TaskError(f"{name!r} is not a fresh-size scale name", hint=f"it reads {FRESH}<shape>_<shape>...[~static=value]; {example}") from None
+    ranks = [len(s) for s in task.shapes(fresh.plan.base.name)]
+    if not name.startswith(FRESH) or [len(s) for s in shapes] != ranks:
+        raise TaskError(f"{name!r} does not give one shape per input of {task.name!r} (ranks {ranks})", hint=example)
     dims = {}
-    for d in plan.steps():
-        i, j = plan.axes[d][0] if not plan.named else _first_axis(task, d)
-        dims[d] = shapes[i][j]
-    static = plan.static_moves(dims, floats=False)
-    return Scale(name, shapes=shapes, static={**dict(plan.base.static), **static})
-
-
-def _first_axis(task: Task, dim: str) -> tuple[int, int]:
-    for i, a in enumerate(task.args):
-        for j, d in enumerate(a.shape):
-            if d == dim:
-                return i, j
-    raise TaskError(f"dim {dim!r} is used by no input of {task.name!r}")
+    for d, top in fresh.tops().items():
+        values = {shapes[i][j] for i, j in fresh.axes_of(d)}
+        base, step, _ = fresh.plan.steps()[d]
+        v = values.pop() if len(values) == 1 else -1
+        if v <= base or v > top or (v - base) % step:
+            raise TaskError(f"{name!r}: dim {d} must be one size, a multiple of {step} above {base} up to {top}", hint=example)
+        dims[d] = v
+    for k, v in floats.items():
+        if k not in fresh.floats or not min(fresh.floats[k]) <= v <= max(fresh.floats[k]):
+            raise TaskError(f"{name!r}: static {k} is not one a fresh size draws", hint=example)
+    scale = fresh.scale(dims, floats)
+    if scale is None or [list(s) for s in scale.shapes] != [list(s) for s in shapes]:
+        raise TaskError(f"{name!r} is not a size this task's fresh sizes can have", hint=example)
+    return Scale(name, shapes=scale.shapes, static=scale.static)
 
 
 class _Plan:
