@@ -32,7 +32,8 @@ from mk.author.emit import Unsupported
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
-from mk.task import Task
+from mk.author.probe import arg_names, probes_for, signature
+from mk.task import Task, np_dtype
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,16 @@ def _causal(task: Task, scale_name: str, pat: AttentionPattern) -> bool:
         "that the flash-attention template does not implement")
 
 
+def _scores_dtype(prog: Program, dot: Op):
+    """The dtype the reference keeps its scores in: the product's, unless its only use casts it straight to
+    another float (XLA folds a 16-bit round trip such as ``einsum(bf16).astype(f32)`` away under jit)."""
+    users = [op for op in prog.ops if any(v is dot.out for v in op.ins)]
+    if len(users) == 1 and users[0].prim == "convert_element_type" and \
+            np.dtype(users[0].out.dtype).itemsize > np.dtype(dot.out.dtype).itemsize:
+        return users[0].out.dtype
+    return dot.out.dtype
+
+
 def _score_dtype(dtype) -> str:
     """The kernel's SCORE_DTYPE: the reference's 16-bit score dtype (its rounding is mirrored), else None."""
     name = np.dtype(dtype).name
@@ -183,20 +194,11 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _gpu_blocks(traced: list[Traced], pat: AttentionPattern) -> list[int]:
-    """The power-of-two block sizes that divide every scale's query and key sequences."""
-    opts = list(_GPU_BLOCKS)
-    for t in traced:
-        q_shape, k_shape = t.shapes[pat.q], t.shapes[pat.k]
-        D = q_shape[pat.layout[3]]
-        if not _pow2(D) or D < 16:
-            raise Unsupported(f"head_dim {D} at scale {t.scale!r} is not a power of two >= 16; the GPU (Triton) kernel "
-                              "holds whole head_dim rows and Triton needs power-of-two blocks")
-        for what, n in (("query", q_shape[pat.layout[2]]), ("key", k_shape[pat.layout[2]])):
-            if n % _GPU_BLOCKS[0]:
-                raise Unsupported(f"the {what} sequence {n} at scale {t.scale!r} is not divisible by {_GPU_BLOCKS[0]}: "
-                                  "Triton blocks must be powers of two >= 16 that divide it")
-            opts = [b for b in opts if n % b == 0]
+def _gpu_space(t: Traced, pat: AttentionPattern) -> list[int]:
+    """Power-of-two block sizes (Triton's rule, >= 16 for its dot) up to the authoring sequence; the kernel fits
+    each to the sequence it is called with, zero-padding a sequence no power of two >= 16 divides."""
+    n = t.shapes[pat.q][pat.layout[2]]
+    opts = [b for b in _GPU_BLOCKS if b <= max(n, _GPU_BLOCKS[0])]
     return opts[-3:]
 
 
@@ -209,48 +211,82 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         other = recognise(from_jaxpr(t.jaxpr))
         if (other.layout, other.out_layout, other.q, other.k, other.v) != (pat.layout, pat.out_layout, pat.q, pat.k, pat.v):
             raise Unsupported("the attention layout changes between scales")
-    if target == "gpu":
-        opts = _gpu_blocks(traced, pat)
     causal = _causal(task, t0.scale, pat)
     prog = from_jaxpr(t0.jaxpr)
     dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
     if not causal and any(op.prim == "select_n" for op in prog.ops[dots[0]:dots[1]]):
         raise Unsupported("the scores are masked, but not causally: the template has no general mask")
-    D = t0.shapes[pat.q][pat.layout[3]]
-    score_dtype = _score_dtype(prog.ops[dots[0]].out.dtype)
-    scale_expr = "head_dim ** -0.5" if math.isclose(pat.scale, D**-0.5, rel_tol=1e-2) else repr(pat.scale)
+    score_dtype = _score_dtype(_scores_dtype(prog, prog.ops[dots[0]]))
+    probes = probes_for(task, traced)
+    scale_expr = _scale_expr(probes, pat, prog.ops[dots[0]].out.dtype)
+    names = arg_names(task)
     kind = f"{'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale {scale_expr}"
+    used = probes.used(scale_expr)
     if target == "gpu":
+        opts = _gpu_space(t0, pat)
         space = {"block_q": opts, "block_k": opts, "num_warps": [4, 8]}
         return Proposal(
             name="flash-attention-gpu",
-            source=_render_gpu(task, pat, causal, scale_expr, space, score_dtype),
+            source=_render_gpu(task, names, used, pat, causal, scale_expr, space, score_dtype),
             rationale=f"flash attention ({kind}), Pallas Triton: one program per (batch*head, query block) loops over "
             "key blocks with an online softmax in registers (f32 accumulator)"
             + ("; the loop stops at the diagonal and only diagonal blocks are masked" if causal else ""),
             template="attention",
         )
-    S = t0.shapes[pat.q][pat.layout[2]]
-    tpu_opts = [b for b in _TPU_BLOCKS if S % b == 0] or [S]
-    space = {"block_q": tpu_opts, "block_k": tpu_opts}
+    space = {"block_q": list(_TPU_BLOCKS), "block_k": list(_TPU_BLOCKS)}
+    sublanes = 8 * max(1, 4 // min(np_dtype(task.args[i].dtype).itemsize for i in (pat.q, pat.k, pat.v)))
     return Proposal(
         name="flash-attention-tpu",
-        source=_render(task, pat, causal, scale_expr, space, score_dtype),
+        source=_render(task, names, used, pat, causal, scale_expr, space, score_dtype, sublanes),
         rationale=f"flash attention ({kind}): online softmax over key blocks, scores never leave VMEM"
         + ("; key blocks above the diagonal skipped" if causal else ""),
         template="attention",
     )
 
 
-def _render(task: Task, pat: AttentionPattern, causal: bool, scale_expr: str, space: dict[str, list[int]],
-            score_dtype: str) -> str:
-    n = len(task.args)
-    sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
-    to_bhsd = pat.layout
-    from_bhsd = pat.out_layout
+def _scale_expr(probes, pat: AttentionPattern, score_dtype) -> str:
+    """The score scale as source: an expression over the variables (``D ** -0.5``) or a number."""
+    scales = [pat.scale]
+    for t in probes.traces[1:]:
+        try:
+            scales.append(recognise(from_jaxpr(t.jaxpr)).scale)
+        except Unsupported as exc:
+            raise Unsupported(f"the attention pattern changes with the inputs' sizes or static values ({exc})") from exc
+    expr = probes.fit(scales, dtype=score_dtype)
+    if expr is not None:
+        return expr
+    if all(math.isclose(x, scales[0], rel_tol=1e-6) for x in scales):
+        return repr(float(pat.scale))
+    raise Unsupported(f"the score scale changes with the inputs' sizes or static values ({scales}) and is not a "
+                      "function of them")
+
+
+def _tuple(names: list[str]) -> str:
+    return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+
+
+def _to_bhsd(pat: AttentionPattern) -> str:
+    """q, k, v in (batch, head, seq, head_dim) from the task's inputs."""
+    if pat.layout == (0, 1, 2, 3):
+        return f"q, k, v = ins[{pat.q}], ins[{pat.k}], ins[{pat.v}]"
+    return f"q, k, v = (jnp.transpose(ins[i], {pat.layout!r}) for i in ({pat.q}, {pat.k}, {pat.v}))"
+
+
+def _from_bhsd(pat: AttentionPattern, out: str) -> str:
+    return out if pat.out_layout == (0, 1, 2, 3) else f"jnp.transpose({out}, {pat.out_layout!r})"
+
+
+def _vars(used: list) -> list[str]:
+    return [f"    {v.name} = {v.source}" for v in used if v.name != v.source]
+
+
+def _render(task: Task, names: list[str], used: list, pat: AttentionPattern, causal: bool, scale_expr: str,
+            space: dict[str, list[int]], score_dtype: str, sublanes: int) -> str:
+    var_lines = "\n".join(_vars(used))
     return f'''"""mk offline author: flash attention for {task.name} (target tpu, {'causal' if causal else 'non-causal'}).
 
-Online softmax over key blocks; running max/sum and the output accumulator stay in VMEM.
+Online softmax over key blocks; running max/sum and the output accumulator stay in VMEM. Sizes are read from the
+arguments at trace time; block sizes are requests, fitted to the sequences the kernel is called with.
 """
 import functools
 
@@ -263,7 +299,18 @@ from jax.experimental.pallas import tpu as pltpu
 CONFIG_SPACE = {space!r}
 CAUSAL = {causal}
 SCORE_DTYPE = {score_dtype}
+#: rows per sublane tile of the inputs' dtype (8 for 32-bit, 16 for 16-bit)
+SUBLANES = {sublanes}
 _MASKED = -1e30
+
+
+def _block(n, want):
+    """The largest multiple of SUBLANES that divides n and is at most want; n itself (one block spanning the axis,
+    always a legal block shape) when there is none."""
+    for b in range(min(want, n) // SUBLANES * SUBLANES, 0, -SUBLANES):
+        if n % b == 0:
+            return b
+    return n
 
 
 def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block_q, block_k, nk):
@@ -305,16 +352,16 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block_q
         o_ref[0, 0] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
 
 
-def kernel({sig}, *, block_q={space["block_q"][-1]}, block_k={space["block_k"][-1]}):
-    ins = [{", ".join(f"a{i}" for i in range(n))}]
-    q, k, v = (jnp.transpose(ins[i], {to_bhsd!r}) for i in ({pat.q}, {pat.k}, {pat.v}))
+def kernel({signature(task, f"block_q={space['block_q'][-1]}, block_k={space['block_k'][-1]}")}):
+    ins = {_tuple(names)}
+{var_lines + chr(10) if var_lines else ""}    scale = {scale_expr}
+    {_to_bhsd(pat)}
     batch, heads, seq, head_dim = q.shape
     kv_heads, kv_seq = k.shape[1], k.shape[2]
     group = heads // kv_heads
-    block_q = block_q if seq % block_q == 0 else seq
-    block_k = block_k if kv_seq % block_k == 0 else kv_seq
+    block_q = _block(seq, block_q)
+    block_k = _block(kv_seq, block_k)
     nk = kv_seq // block_k
-    scale = {scale_expr}
     out = pl.pallas_call(
         functools.partial(_kernel, scale=scale, block_q=block_q, block_k=block_k, nk=nk),
         grid=(batch, heads, seq // block_q, nk),
@@ -329,22 +376,23 @@ def kernel({sig}, *, block_q={space["block_q"][-1]}, block_k={space["block_k"][-
                         pltpu.VMEM((block_q, head_dim), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
     )(q, k, v)
-    return jnp.transpose(out, {from_bhsd!r})
+    return {_from_bhsd(pat, "out")}
 '''
 
 
-def _render_gpu(task: Task, pat: AttentionPattern, causal: bool, scale_expr: str, space: dict[str, list[int]],
-                score_dtype: str) -> str:
-    n = len(task.args)
-    sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
+def _render_gpu(task: Task, names: list[str], used: list, pat: AttentionPattern, causal: bool, scale_expr: str,
+                space: dict[str, list[int]], score_dtype: str) -> str:
     block_k = 64 if 64 in space["block_k"] else space["block_k"][-1]
+    var_lines = "\n".join(_vars(used))
     return f'''"""mk offline author: flash attention for {task.name} (target gpu, Pallas Triton, {'causal' if causal else 'non-causal'}).
 
 One program per (batch*head, query block); it loops over key blocks with lax.fori_loop, keeping the running
-max, running sum and f32 accumulator in registers. Block sizes are powers of two (Triton needs them).
+max, running sum and f32 accumulator in registers. Block sizes are powers of two (Triton needs them), fitted at
+trace time to the sizes the kernel is called with: a head_dim that is no power of two is zero-padded (zero
+columns change no score and are sliced off), a sequence no power-of-two block >= 16 divides is zero-padded to
+a multiple of the block and the padded keys are masked.
 """
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -359,7 +407,19 @@ NUM_STAGES = 2
 _MASKED = -1e30
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale, block_q, block_k, nk):
+def _block(n, want):
+    """(block, padded n): the largest power of two >= 16 and at most want dividing n; when none does, a power of
+    two block (at most want) with n padded to a multiple of it."""
+    b = 1 << (want.bit_length() - 1)
+    while b >= 16:
+        if n % b == 0:
+            return b, n
+        b //= 2
+    b = max(16, min(1 << (want.bit_length() - 1), 1 << (n - 1).bit_length()))
+    return b, -(-n // b) * b
+
+
+def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale, block_q, block_k, nk, kv_len):
     qi = pl.program_id(1)
     q = q_ref[...]
 
@@ -374,7 +434,7 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale, block_q, block_k, nk):
         if masked:
             rows = qi * block_q + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
             cols = start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
-            s = jnp.where(cols <= rows, s, _MASKED)
+            s = jnp.where((cols <= rows) if CAUSAL else (cols < kv_len), s, _MASKED)
         m_new = jnp.maximum(m, jnp.max(s, axis=1))
         alpha = jnp.exp(m - m_new)
         p = jnp.exp(s - m_new[:, None])
@@ -387,38 +447,43 @@ def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale, block_q, block_k, nk):
              jnp.zeros((block_q, q.shape[1]), jnp.float32))
     if CAUSAL:
         # key blocks wholly at or below the diagonal need no mask; blocks past the diagonal are never loaded
+        # (padded keys lie past every real query's diagonal)
         n_full = jnp.minimum((qi * block_q + 1) // block_k, nk)
         n_end = jnp.minimum(((qi + 1) * block_q + block_k - 1) // block_k, nk)
         carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
         carry = lax.fori_loop(n_full, n_end, functools.partial(step, masked=True), carry)
     else:
-        carry = lax.fori_loop(0, nk, functools.partial(step, masked=False), carry)
+        # blocks holding padded keys (past kv_len) are masked
+        n_full = kv_len // block_k
+        carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
+        carry = lax.fori_loop(n_full, nk, functools.partial(step, masked=True), carry)
     _, l, acc = carry
     o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
 
 
-def kernel({sig}, *, block_q={space["block_q"][-1]}, block_k={block_k}, num_warps=4):
-    ins = [{", ".join(f"a{i}" for i in range(n))}]
-    q, k, v = (jnp.transpose(ins[i], {pat.layout!r}) for i in ({pat.q}, {pat.k}, {pat.v}))
+def kernel({signature(task, f"block_q={space['block_q'][-1]}, block_k={block_k}, num_warps=4")}):
+    ins = {_tuple(names)}
+{var_lines + chr(10) if var_lines else ""}    scale = {scale_expr}
+    {_to_bhsd(pat)}
     batch, heads, seq, head_dim = q.shape
     kv_heads, kv_seq = k.shape[1], k.shape[2]
     group = heads // kv_heads
-    # a power of two that divides the sequence (the largest one not above the request)
-    block_q = math.gcd(block_q, seq)
-    block_k = math.gcd(block_k, kv_seq)
-    nk = kv_seq // block_k
-    scale = {scale_expr}
+    block_q, q_pad = _block(seq, block_q)
+    block_k, kv_pad = _block(kv_seq, block_k)
+    d_pad = max(16, 1 << (head_dim - 1).bit_length())
+    q = jnp.pad(q, ((0, 0), (0, 0), (0, q_pad - seq), (0, d_pad - head_dim)))
+    k, v = (jnp.pad(t, ((0, 0), (0, 0), (0, kv_pad - kv_seq), (0, d_pad - head_dim))) for t in (k, v))
     out = pl.pallas_call(
-        functools.partial(_kernel, scale=scale, block_q=block_q, block_k=block_k, nk=nk),
-        grid=(batch * heads, seq // block_q),
+        functools.partial(_kernel, scale=scale, block_q=block_q, block_k=block_k, nk=kv_pad // block_k, kv_len=kv_seq),
+        grid=(batch * heads, q_pad // block_q),
         in_specs=[
-            pl.BlockSpec((None, None, block_q, head_dim), lambda bh, i: (bh // heads, bh % heads, i, 0)),
-            pl.BlockSpec((None, None, kv_seq, head_dim), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
-            pl.BlockSpec((None, None, kv_seq, head_dim), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
+            pl.BlockSpec((None, None, block_q, d_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
+            pl.BlockSpec((None, None, kv_pad, d_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
+            pl.BlockSpec((None, None, kv_pad, d_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
         ],
-        out_specs=pl.BlockSpec((None, None, block_q, head_dim), lambda bh, i: (bh // heads, bh % heads, i, 0)),
+        out_specs=pl.BlockSpec((None, None, block_q, d_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=NUM_STAGES),
     )(q, k, v)
-    return jnp.transpose(out, {pat.out_layout!r})
+    return {_from_bhsd(pat, "out[:, :, :seq, :head_dim]")}
 '''

@@ -43,6 +43,7 @@ import numpy as np
 
 from mk.author.emit import Unsupported
 from mk.author.ir import Op, Program, Val, from_jaxpr
+from mk.author.probe import arg_names, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.task import Task
@@ -296,11 +297,10 @@ def _final(reduction: str, sign: float) -> str:
 
 
 def _render(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict[str, list[int]]) -> str:
-    n = len(task.args)
-    sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
+    names = arg_names(task)
     bt = 256 if 256 in space["block_t"] else space["block_t"][-1]
     bv = 512 if 512 in space["block_v"] else space["block_v"][-1]
-    x_expr = f"a{pat.x}" if pat.x_tokens_first else f"a{pat.x}.T"
+    x_expr = names[pat.x] if pat.x_tokens_first else f"{names[pat.x]}.T"
     final = _final(reduction, sign)
     return f'''"""mk offline author: fused LM-head cross-entropy for {task.name} (target tpu).
 
@@ -395,21 +395,21 @@ def per_token_loss(x, w, labels, *, block_t, block_v):
     return out[:tokens, 0]
 
 
-def kernel({sig}, *, block_t={bt}, block_v={bv}):
-    per_token = per_token_loss({x_expr}, a{pat.w}, a{pat.labels}, block_t=block_t, block_v=block_v)
+def kernel({signature(task, f"block_t={bt}, block_v={bv}")}):
+    per_token = per_token_loss({x_expr}, {names[pat.w]}, {names[pat.labels]}, block_t=block_t, block_v=block_v)
     out = {final}
-    return out.reshape({_out_shape(task, pat)}).astype({_out_dtype(task)})
+    return out.reshape({_out_shape(task, pat, names)}).astype({_out_dtype(task)})
 '''
 
 
-def _out_shape(task: Task, pat: CEPattern) -> str:
+def _out_shape(task: Task, pat: CEPattern, names: list[str]) -> str:
     import jax
 
     scale = next(iter(task.scales))
     out = jax.eval_shape(task.bind(task.reference, scale), *task.arg_structs(scale))
     if out.shape == ():
         return "()"
-    return f"a{pat.labels}.shape" if len(out.shape) == 1 else f"(a{pat.labels}.shape[0], 1)"
+    return f"{names[pat.labels]}.shape" if len(out.shape) == 1 else f"({names[pat.labels]}.shape[0], 1)"
 
 
 def _out_dtype(task: Task) -> str:
@@ -435,9 +435,8 @@ def _gpu_space(traced: list[Traced], pat: CEPattern) -> dict[str, list[int]]:
 
 
 def _render_gpu(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict[str, list[int]]) -> str:
-    n = len(task.args)
-    sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
-    x_expr = f"a{pat.x}" if pat.x_tokens_first else f"a{pat.x}.T"
+    names = arg_names(task)
+    x_expr = names[pat.x] if pat.x_tokens_first else f"{names[pat.x]}.T"
     bt, bv, bh = space["block_t"][-1], 128, space["block_h"][-1]
     return f'''"""mk offline author: fused LM-head cross-entropy for {task.name} (target gpu, Pallas Triton).
 
@@ -539,9 +538,9 @@ def per_token_loss(x, w, labels, *, block_t, block_v, block_h, num_warps=4):
     return out[:tokens]
 
 
-def kernel({sig}, *, block_t={bt}, block_v={bv}, block_h={bh}, num_warps=4):
-    per_token = per_token_loss({x_expr}, a{pat.w}, a{pat.labels}, block_t=block_t, block_v=block_v,
+def kernel({signature(task, f"block_t={bt}, block_v={bv}, block_h={bh}, num_warps=4")}):
+    per_token = per_token_loss({x_expr}, {names[pat.w]}, {names[pat.labels]}, block_t=block_t, block_v=block_v,
                                block_h=block_h, num_warps=num_warps)
     out = {_final(reduction, sign)}
-    return out.reshape({_out_shape(task, pat)}).astype({_out_dtype(task)})
+    return out.reshape({_out_shape(task, pat, names)}).astype({_out_dtype(task)})
 '''

@@ -12,6 +12,7 @@ raises :class:`Unsupported` with the reason, so the author can decline.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,24 +60,56 @@ def dtype_expr(dtype: Any) -> str:
     return f"jnp.{np.dtype(dtype).name}"
 
 
-class Emitter:
-    """Emit eqns of a jaxpr; ``lead`` is the number of row axes (collapsed)."""
+#: what a padded entry becomes before a reduction over its axis, so it changes nothing
+_FILL = {"reduce_sum": "0", "reduce_max": "'low'", "reduce_min": "'high'", "reduce_prod": "1", "reduce_and": "True",
+         "reduce_or": "False", "argmax": "'low'", "argmin": "'high'"}
 
-    def __init__(self, lead: int, symbolic: dict[int, str] | None = None):
+#: the helper a kernel with padded blocks defines (see ``Emitter(mask=True)``)
+MASKED_HELPER = '''def _masked(x, axis, n, fill):
+    """x with its entries at or past n along axis (block padding) set to fill, so a reduction ignores them."""
+    if x.shape[axis] == n:
+        return x
+    if fill in ("low", "high"):
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            fill = -jnp.inf if fill == "low" else jnp.inf
+        else:
+            fill = jnp.iinfo(x.dtype).min if fill == "low" else jnp.iinfo(x.dtype).max
+    keep = lax.broadcasted_iota(jnp.int32, x.shape, axis % x.ndim) < n
+    return jnp.where(keep, x, jnp.asarray(fill, x.dtype))
+'''
+
+
+class Emitter:
+    """Emit eqns of a jaxpr; ``lead`` is the number of row axes (collapsed).
+
+    ``probes`` (:class:`mk.author.probe.Probes`) turns literals and reshape sizes that follow the inputs' sizes or
+    static values into expressions over them. ``mask``: the block's trailing axes may be padded (to a power of
+    two, for Triton): every reduction first sets the padding to the reduction's identity (``_masked``), and
+    reshapes that move data between axes are refused."""
+
+    def __init__(self, lead: int, probes: Any = None, mask: bool = False, taken: Any = ()):
         self.lead = lead
-        self.symbolic = symbolic or {}
+        self._taken = set(taken)
+        self.probes = probes
+        self.mask = mask
         self.out = Emitted()
         self._names: dict[Any, str] = {}
         self._rowlead: dict[str, int] = {}  # name -> number of row axes it carries (lead or 0)
+        self._scalars: set[str] = set()  # size-1 values held as 0-d numbers
         self._n = 0
 
     # --- names ---------------------------------------------------------------
-    def bind(self, var: Any, name: str, row: bool) -> None:
+    def bind(self, var: Any, name: str, row: bool, scalar: bool = False) -> None:
+        """``scalar``: a parameter of size 1 that the kernel holds as a plain number (0-d), whatever its rank."""
         self._names[var] = name
         self._rowlead[name] = self.lead if row else 0
+        if scalar:
+            self._scalars.add(name)
 
     def _fresh(self) -> str:
         self._n += 1
+        while f"v{self._n}" in self._taken:
+            self._n += 1
         return f"v{self._n}"
 
     def _ref(self, atom: Any) -> tuple[str, int]:
@@ -85,10 +118,11 @@ class Emitter:
         if isinstance(atom, Literal):
             val = np.asarray(atom.val)
             dt = dtype_expr(atom.aval.dtype)
-            if id(atom) in self.symbolic:
-                return f"jnp.asarray({self.symbolic[id(atom)]}, {dt})", 0
             if val.shape != ():
                 raise Unsupported("a non-scalar constant is baked into the computation")
+            expr = self.probes.literal_expr(atom) if self.probes is not None else None
+            if expr is not None:
+                return f"jnp.asarray({expr}, {dt})", 0
             item = val.item()
             text = repr(item) if not isinstance(item, float) or np.isfinite(item) else f'float("{item}")'
             return f"jnp.asarray({text}, {dt})", 0
@@ -103,6 +137,20 @@ class Emitter:
         self._names[var] = name
         self._rowlead[name] = lead
 
+    def _sizes(self, eqn: Any, shape_of: Any) -> list[str]:
+        """Per axis of ``shape_of(eqn)``: its size as source (a number, or an expression over the variables)."""
+        shapes = [tuple(shape_of(e)) for e in (self.probes.peers(eqn) if self.probes is not None else [eqn])]
+        out = []
+        for k in range(len(shapes[0])):
+            if self.probes is None:
+                out.append(str(shapes[0][k]))
+                continue
+            try:
+                out.append(self.probes.dim([s[k] for s in shapes]))
+            except ValueError as exc:
+                raise Unsupported(str(exc)) from exc
+        return out
+
     # --- eqns -----------------------------------------------------------------
     def emit(self, eqns: list[Any]) -> None:
         for eqn in eqns:
@@ -116,6 +164,17 @@ class Emitter:
         p = eqn.params
         if prim in _INLINE:
             self._inline(eqn, ins)
+            return
+        if (prim in ("reshape", "squeeze", "expand_dims", "broadcast_in_dim", "convert_element_type") or prim in _REDUCE
+                and prim not in ("argmax", "argmin")) and ins and ins[0][0] in self._scalars \
+                and math.prod(eqn.outvars[0].aval.shape) == 1:
+            # a number stays a number: its size-1 axes come and go by broadcasting
+            name = ins[0][0] if prim != "convert_element_type" else f"{ins[0][0]}.astype({dtype_expr(p['new_dtype'])})"
+            if prim == "convert_element_type":
+                self._set(eqn.outvars[0], name, 0)
+                self._scalars.add(self._names[eqn.outvars[0]])
+            else:
+                self._names[eqn.outvars[0]] = name
             return
         if len(eqn.outvars) != 1:
             raise Unsupported(f"primitive {prim!r} with several outputs is not supported in a block body")
@@ -181,6 +240,11 @@ class Emitter:
         if any(a < l for a in axes):
             raise Unsupported("a reduction runs across rows (over the axes a kernel would tile)")
         neg = tuple(a - rank for a in axes)
+        if self.mask:
+            sizes = self._sizes(eqn, lambda e: e.invars[0].aval.shape)
+            for a, n in zip(axes, neg):
+                name = f"_masked({name}, {n}, {sizes[a]}, {_FILL[prim]})"
+            self.out.primitives.add("_masked")
         fn = _REDUCE[prim]
         if prim in ("argmax", "argmin"):
             expr = f"{fn}({name}, axis={neg[0]}).astype({dtype_expr(eqn.params['index_dtype'])})"
@@ -190,6 +254,9 @@ class Emitter:
 
     def _broadcast(self, eqn: Any, arg: tuple[str, int]) -> None:
         name, l = arg
+        if name in self._scalars:  # a number broadcasts by itself
+            self._set(eqn.outvars[0], name, 0)
+            return
         dims = tuple(eqn.params["broadcast_dimensions"])
         rank = len(eqn.params["shape"])
         L = self.lead
@@ -215,15 +282,27 @@ class Emitter:
         name, l = arg
         src = tuple(eqn.invars[0].aval.shape)
         dst = tuple(eqn.outvars[0].aval.shape)
-        if l:
-            if src[:l] != dst[:l]:
-                raise Unsupported("a reshape changes the row axes")
-            tail = dst[l:]
-            self._set(eqn.outvars[0], f"{name}.reshape({name}.shape[:1] + {tail!r})", l)
+        if l and src[:l] != dst[:l]:
+            raise Unsupported("a reshape changes the row axes")
+        if not l and self.lead and len(dst) >= self.lead and any(d != 1 for d in dst[: self.lead]) and len(dst) > len(src):
+            raise Unsupported("a reshape of a parameter creates row axes")
+        a_src = self._sizes(eqn, lambda e: e.invars[0].aval.shape)[l:]
+        a_dst = self._sizes(eqn, lambda e: e.outvars[0].aval.shape)[l:]
+        phys = 1 if l else 0  # the collapsed row axis comes first in a row value
+        if [d for d in a_src if d != "1"] == [d for d in a_dst if d != "1"]:
+            # only axes of size 1 come or go: keep the value's own sizes (right for any size, padded or not)
+            it = iter(k for k, d in enumerate(a_src) if d != "1")
+            parts = ["1" if d == "1" else f"{name}.shape[{phys + next(it)}]" for d in a_dst]
+        elif self.mask:
+            raise Unsupported("a reshape moves data between axes of a block that may be padded (Triton needs "
+                              "power-of-two blocks)")
         else:
-            if self.lead and len(dst) >= self.lead and any(d != 1 for d in dst[: self.lead]) and len(dst) > len(src):
-                raise Unsupported("a reshape of a parameter creates row axes")
-            self._set(eqn.outvars[0], f"{name}.reshape({dst!r})", 0)
+            parts = a_dst
+        tail = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+        if l:
+            self._set(eqn.outvars[0], f"{name}.reshape({name}.shape[:1] + {tail})", l)
+        else:
+            self._set(eqn.outvars[0], f"{name}.reshape({tail})", 0)
 
     def result(self, outvars: list[Any]) -> Emitted:
         self.out.outputs = [self._ref(v)[0] for v in outvars]

@@ -5,9 +5,9 @@
 :class:`Val` values; scalar literals and values known to be filled with one
 number carry it in ``Val.const``. :func:`render` writes a rewritten program
 back as plain ``jnp``/``lax`` source over whole arrays. It shares the
-primitive tables of :mod:`mk.author.emit`; shapes and constants that differ
-between the task's scales are written as expressions over the inputs' dims, so
-the source is correct for shapes it was never traced at.
+primitive tables of :mod:`mk.author.emit`; shapes and constants that follow the
+inputs' sizes or static values (:mod:`mk.author.probe`) are written as
+expressions over them, so the source is correct for sizes it was never traced at.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from mk.author.emit import _BINARY, _INLINE, _REDUCE, _UNARY, Unsupported, dtype_expr
-from mk.author.trace import Traced, _find_expr
 
 #: elementwise primitives (output shape = broadcast of the inputs)
 ELEMENTWISE = frozenset(_UNARY) | frozenset(_BINARY) | {
@@ -164,72 +163,59 @@ def _flatten(jaxpr: Any, env: dict[Any, Val], ops: list[Op]) -> None:
 
 
 class _Dims:
-    """Writes shapes and constants that vary between scales as expressions over the inputs' dims."""
+    """Writes shapes and constants that vary with the inputs' sizes or static values as expressions over them."""
 
-    def __init__(self, traced: list[Traced]):
-        self.traced = traced
-        self.shapes = [t.shapes for t in traced]
-
-    def dim(self, values: list[int]) -> str:
-        if all(v == 1 for v in values):
-            return "1"
-        for i, shape in enumerate(self.shapes[0]):
-            for j in range(len(shape)):
-                if all(len(s[i]) == len(shape) and s[i][j] == v for s, v in zip(self.shapes, values)):
-                    return f"a{i}.shape[{j}]"
-        cands = [(i, j) for i, s in enumerate(self.shapes[0]) for j in range(len(s))]
-        for x in range(len(cands)):
-            for y in range(x, len(cands)):
-                (i1, j1), (i2, j2) = cands[x], cands[y]
-                if all(s[i1][j1] * s[i2][j2] == v for s, v in zip(self.shapes, values)):
-                    return f"a{i1}.shape[{j1}] * a{i2}.shape[{j2}]"
-        if all(v == values[0] for v in values):
-            return str(values[0])
-        raise Unsupported(f"a dimension ({values}) is not a function of the inputs' dims")
+    def __init__(self, probes: Any):
+        self.probes = probes
 
     def shape(self, shapes: list[tuple[int, ...]]) -> str:
-        parts = [self.dim([s[k] for s in shapes]) for k in range(len(shapes[0]))]
-        return f"({parts[0]},)" if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+        try:
+            return self.probes.shape(shapes)
+        except ValueError as exc:
+            raise Unsupported(str(exc)) from exc
 
-    def number(self, values: list[Any]) -> str:
+    def number(self, values: list[Any], dtype: Any = None) -> str:
+        expr = self.probes.fit(values, dtype=dtype)
+        if expr is not None:
+            return expr
         v0 = values[0]
         if all(v == v0 or (isinstance(v, float) and math.isnan(v) and math.isnan(v0)) for v in values):
             if isinstance(v0, float) and not np.isfinite(v0):
                 return f'float("{v0}")'
             return repr(v0)
-        expr = _find_expr([float(v) for v in values], self.traced, 0)
-        if expr is None:
-            raise Unsupported(f"a constant changes between scales ({values}) and is not a function of an input dim")
-        return expr
+        raise Unsupported(f"a constant changes with the inputs' sizes or static values ({values}) and is not a "
+                          "function of them")
 
 
-def render(programs: list[Program], traced: list[Traced]) -> tuple[list[str], list[str]]:
-    """Source lines computing the program's outputs from ``a0, a1, ...`` (one program per scale)."""
+def render(programs: list[Program], probes: Any, names: list[str]) -> tuple[list[str], list[str]]:
+    """Source lines computing the program's outputs from the inputs ``names`` (one program per trace of ``probes``)."""
     p0 = programs[0]
     for p in programs[1:]:
         if [o.prim for o in p.ops] != [o.prim for o in p0.ops] or len(p.outs) != len(p0.outs):
-            raise Unsupported("the rewritten computation's structure changes between scales")
-    dims = _Dims(traced)
-    names: dict[int, str] = {id(v): f"a{v.arg}" for v in p0.args}
+            raise Unsupported("the rewritten computation's structure changes with the inputs' sizes or static values")
+    dims = _Dims(probes)
+    taken = set(names) | {v.name for v in probes.vars}
+    vnames = (f"v{k}" for k in range(10**6) if f"v{k}" not in taken)
+    values: dict[int, str] = {id(v): names[v.arg] for v in p0.args}
     lines: list[str] = []
 
     def ref(vals: list[Val]) -> str:
         v = vals[0]
         if v.is_const:
-            num = dims.number([x.const for x in vals])
+            num = dims.number([x.const for x in vals], v.dtype)
             if v.shape == ():
                 return f"jnp.asarray({num}, {dtype_expr(v.dtype)})"
             return f"jnp.full({dims.shape([x.shape for x in vals])}, {num}, {dtype_expr(v.dtype)})"
-        return names[id(v)]
+        return values[id(v)]
 
     for k, op in enumerate(p0.ops):
         peers = [p.ops[k] for p in programs]
         ins = [ref([q.ins[j] for q in peers]) for j in range(len(op.ins))]
         shape = dims.shape([q.out.shape for q in peers])
         expr = _expr(op, ins, shape)
-        name = f"v{k}"
+        name = next(vnames)
         lines.append(f"{name} = {expr}")
-        names[id(op.out)] = name
+        values[id(op.out)] = name
     outs = [ref([p.outs[j] for p in programs]) for j in range(len(p0.outs))]
     return lines, outs
 

@@ -11,14 +11,18 @@ inside the kernel. An epilogue that reduces along N keeps whole rows
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from mk.author.emit import Emitter, Unsupported, dtype_expr
+import textwrap
+
+import numpy as np
+
+from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr
+from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
-from mk.author.trace import Traced, symbolic_literals
-from mk.task import Task
+from mk.author.trace import Traced
+from mk.task import Task, np_dtype
 
 
 @dataclass(frozen=True)
@@ -73,114 +77,188 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     pos = jaxpr.eqns.index(dot)
     if any(jaxpr.eqns.index(e) < pos for e in epilogue):
         raise Unsupported("work before the matrix product that is not a cast or transpose")
+    if len(jaxpr.outvars) != 1:
+        raise Unsupported("the matmul template writes one output")
+    probes = probes_for(task, traced)
+    names = arg_names(task)
     M, N = dot.outvars[0].aval.shape
+    # which variable each size is: M is the lhs's rows, N the product's columns (at every probe)
+    m_size = _size(probes, [e.outvars[0].aval.shape[0] for e in probes.peers(dot)])
+    n_size = _size(probes, [e.outvars[0].aval.shape[1] for e in probes.peers(dot)])
     params = [i for i in range(len(invars)) if i not in (lhs.index, rhs.index)]
     param_kinds = []
     for i in params:
         shape = tuple(invars[i].aval.shape)
-        if shape == (M, N):
-            param_kinds.append("tile")
-        elif shape in ((N,), (1, N)):
-            param_kinds.append("col")
-        elif shape in ((M,), (M, 1)):
-            param_kinds.append("row")
-        elif math.prod(shape) == 1:
+        sizes = [_size(probes, [t.shapes[i][k] for t in probes.traces]) for k in range(len(shape))]
+        if all(s == "1" for s in sizes):
             param_kinds.append("scalar")
+        elif sizes == [m_size, n_size]:
+            param_kinds.append("tile")
+        elif sizes in ([n_size], ["1", n_size]):
+            param_kinds.append("col")
+        elif sizes in ([m_size], [m_size, "1"]):
+            param_kinds.append("row")
         else:
             raise Unsupported(f"an epilogue input of shape {shape} does not tile with the ({M}, {N}) output")
-    symbolic = symbolic_literals(traced, trailing_from=1)
-    if any(f"a{lhs.index}." in s or f"a{rhs.index}." in s for s in symbolic.values()):
-        raise Unsupported("a constant depends on the matmul operands' shapes")
-    em = Emitter(1, symbolic)
+    pad = target == "gpu"  # Triton blocks are powers of two: N may be padded, reductions over it are masked
+    em = Emitter(1, probes, mask=pad, taken=set(names) | {v.name for v in probes.vars} | {"acc"})
     em.bind(dot.outvars[0], "acc", True)
     for i, kind in zip(params, param_kinds):
-        em.bind(invars[i], f"a{i}", kind in ("tile", "row"))
+        em.bind(invars[i], names[i], kind in ("tile", "row"), scalar=kind == "scalar")
     em.emit(epilogue)
     body = em.result(jaxpr.outvars)
-    if len(jaxpr.outvars) != 1:
-        raise Unsupported("the matmul template writes one output")
     out_shape = tuple(jaxpr.outvars[0].aval.shape)
     if out_shape[:1] != (M,):
         raise Unsupported("the output is not row-aligned with the product")
     reduces = any(p.startswith("reduce_") or p.startswith("arg") for p in body.primitives)
-    full_n = reduces or bool(symbolic) or out_shape != (M, N)
-    space = _space(target, M, N, dot.invars[0].aval.shape[1], full_n)
-    src = _render(task, body, target, lhs, rhs, w_t, params, param_kinds, dot, space, full_n)
+    moves = any(p in body.primitives for p in ("reshape", "squeeze", "expand_dims", "transpose"))
+    full_n = reduces or moves or out_shape != (M, N)
+    itemsizes = [np_dtype(task.args[lhs.index].dtype).itemsize, np.dtype(jaxpr.outvars[0].aval.dtype).itemsize]
+    itemsizes += [np_dtype(task.args[i].dtype).itemsize for i, k in zip(params, param_kinds) if k in ("tile", "row")]
+    sublanes = 8 * max(1, 4 // min(itemsizes))
+    space = _space(target, M, N, a.aval.shape[1], full_n, sublanes)
+    src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, lhs, rhs, w_t, params,
+                  param_kinds, dot, space, full_n, sublanes, out_shape)
     return Proposal(
         name=f"matmul-epilogue-{target}",
         source=src,
         rationale=f"tiled matmul ({M}x{N}, K={a.aval.shape[1]}) with the epilogue fused "
-        f"({', '.join(sorted(body.primitives)) or 'none'}); the product never goes back to HBM before the epilogue",
+        f"({', '.join(sorted(p for p in body.primitives if not p.startswith('_'))) or 'none'}); the product never goes "
+        "back to HBM before the epilogue" + ("; whole rows per block (the epilogue reduces or reshapes along N)" if full_n else ""),
         template="matmul",
     )
 
 
-def _divisors(n: int, options: tuple[int, ...]) -> list[int]:
-    return [b for b in options if b <= n and n % b == 0] or [n]
+def _size(probes: Any, values: list[int]) -> str:
+    """A size at every probe as source: a number, or an expression over the variables."""
+    try:
+        return probes.dim(values)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from exc
 
 
-def _space(target: str, M: int, N: int, K: int, full_n: bool) -> dict[str, list[int]]:
-    opts = (128, 256, 512) if target == "tpu" else (32, 64, 128)
-    bm = _divisors(M, (8, 16, 32, 64) + opts if target == "tpu" else (16, 32, 64, 128))[-3:]
-    bn = [N] if full_n else _divisors(N, opts)[-3:]
-    bk = _divisors(K, opts)[-3:] if target == "tpu" else _divisors(K, (16, 32, 64))[-2:]
-    return {"block_m": bm, "block_n": bn, "block_k": bk}
+#: block options: TPU multiples of its (8, 128) tile; GPU powers of two (Triton), >= 16 (its smallest dot)
+_TPU_OPTS = (128, 256, 512)
+_GPU_OPTS = (32, 64, 128)
 
 
-def _render(task, body, target, lhs, rhs, w_t, params, kinds, dot, space, full_n) -> str:
-    n_in = len(task.args)
-    sig = ", ".join(f"a{i}" for i in range(n_in)) + "".join(f", {s.name}" for s in task.static)
-    out_dtype = dtype_expr(dot.outvars[0].aval.dtype)
+def _space(target: str, M: int, N: int, K: int, full_n: bool, sublanes: int) -> dict[str, list[int]]:
+    """Block sizes to tune over. Each is a request: the kernel fits it to the sizes it is called with (the largest
+    legal block dividing the size, at most the request), so every point is valid at every size."""
+    if target == "tpu":
+        bm = [b for b in (8, 16, 32, 64, 128, 256) if b >= sublanes]
+        bm = [b for b in bm if b <= max(M, bm[0])][-3:]
+        bn = [b for b in _TPU_OPTS if b <= max(N, 128)][-3:]
+        bk = [b for b in _TPU_OPTS if b <= max(K, 128)][-3:]
+    else:
+        bm = [b for b in (16, 32, 64, 128) if b <= max(M, 16)][-3:]
+        bn = [b for b in _GPU_OPTS if b <= max(N, 32)][-3:]
+        bk = [b for b in (16, 32, 64) if b <= max(K, 16)][-2:]
+    space = {"block_m": bm, "block_k": bk}
+    if not full_n:
+        space["block_n"] = bn
+    return space
+
+
+_TPU_HELPERS = '''def _block(n, want, quantum):
+    """The largest multiple of quantum that divides n and is at most want; n itself (one block spanning the axis,
+    always a legal block shape) when there is none."""
+    for b in range(min(want, n) // quantum * quantum, 0, -quantum):
+        if n % b == 0:
+            return b
+    return n
+'''
+
+_GPU_HELPERS = '''def _block(n, want):
+    """(block, padded n): the largest power of two (Triton's rule) >= 16 and at most want that divides n; when
+    none does, a power of two block with n zero-padded to a multiple of it."""
+    b = 1 << (want.bit_length() - 1)
+    while b >= 16:
+        if n % b == 0:
+            return b, n
+        b //= 2
+    b = max(16, min(1 << (want.bit_length() - 1), 1 << (n - 1).bit_length()))
+    return b, -(-n // b) * b
+
+
+def _pad_to(x, shape):
+    widths = [(0, t - s) for s, t in zip(x.shape, shape)]
+    return jnp.pad(x, widths) if any(w for _, w in widths) else x
+'''
+
+
+def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Operand, rhs: Operand, w_t: bool,
+            params: list[int], kinds: list[str], dot: Any, space: dict[str, list[int]], full_n: bool,
+            sublanes: int, jaxpr_out_shape: tuple[int, ...]) -> str:
+    gpu = target == "gpu"
+    acc_dtype = dtype_expr(dot.outvars[0].aval.dtype)
     prec = dot.params.get("precision")
     prec_expr = "None"
     if prec is not None and any(p is not None for p in (prec if isinstance(prec, tuple) else (prec,))):
         first = prec[0] if isinstance(prec, tuple) else prec
         prec_expr = f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
-    contract_w = 1 if w_t else 0
     lcast = "".join(f".astype(jnp.{c})" for c in lhs.casts)
     rcast = "".join(f".astype(jnp.{c})" for c in rhs.casts)
-    dims = f"((({1},), ({contract_w},)), ((), ()))"
+    dims = f"(((1,), ({1 if w_t else 0},)), ((), ()))"
+    pnames = [names[i] for i in params]
+    kwargs = ", ".join(v.name for v in used)
+    bind = ", ".join(f"{v.name}={v.source}" for v in used)
     loads = []
-    for j, kind in enumerate(kinds):
-        if kind == "scalar":
-            loads.append(f"p_refs[{j}][...].reshape(())")
+    for j, (i, kind) in enumerate(zip(params, kinds)):
+        nd = len(task.args[i].shape)
+        if kind == "scalar":  # a number (from SMEM on TPU); the epilogue treats it as one
+            loads.append(f"p_refs[{j}][0, 0]")
         elif kind == "col":
-            loads.append(f"p_refs[{j}][...].reshape(p_refs[{j}].shape[-1:]) if P_SHAPES[{j}] == 1 else p_refs[{j}][...]")
+            loads.append(f"p_refs[{j}][...]" + (".reshape(p_refs[{j}].shape[-1:])".format(j=j) if nd == 1 else ""))
         elif kind == "row":
-            loads.append(f"p_refs[{j}][...][:, 0] if P_SHAPES[{j}] == 1 else p_refs[{j}][...]")
+            loads.append(f"p_refs[{j}][...]" + ("[:, 0]" if nd == 1 else ""))
         else:
             loads.append(f"p_refs[{j}][...]")
-    header = [
-        f'"""mk offline author: tiled matmul with fused epilogue for {task.name} (target {target})."""',
+    block_n_default = space["block_n"][-1] if "block_n" in space else None
+    config = f"block_m={space['block_m'][-1]}" + (f", block_n={block_n_default}" if block_n_default else "") + \
+        f", block_k={space['block_k'][-1]}"
+    text = (f"out = epilogue({names[lhs.index]} @ {names[rhs.index]}{'.T' if w_t else ''}"
+            + "".join(f", {n}" for n in pnames) + "): the product is accumulated in f32 block by block and the "
+            "epilogue runs on each finished block" + (" of whole rows (it reduces or reshapes along N)" if full_n else "")
+            + ". Sizes and static values are read from the arguments at trace time; block sizes are requests, fitted "
+            "to the sizes the kernel is called with"
+            + (" (powers of two for Triton; a size no power of two >= 16 divides is zero-padded, and the padding is "
+               "masked out of every reduction)." if gpu else " (multiples of the TPU tile, or the whole axis)."))
+    doc = [f'"""mk offline author: tiled matmul with fused epilogue for {task.name} (target {target}).', "",
+           *textwrap.wrap(text, 110), '"""']
+    header = doc + [
         "import functools",
         "",
         "import jax",
         "import jax.numpy as jnp",
         "from jax import lax",
         "from jax.experimental import pallas as pl",
-        "from jax.experimental.pallas import tpu as pltpu" if target == "tpu" else "from jax.experimental.pallas import triton as pltriton",
+        "from jax.experimental.pallas import triton as pltriton" if gpu else "from jax.experimental.pallas import tpu as pltpu",
         "",
         f"CONFIG_SPACE = {space!r}",
-        f"PARAMS = {tuple(params)!r}",
-        f"KINDS = {tuple(kinds)!r}",
+        *(["#: rows per sublane tile of the narrowest row dtype (8 for 32-bit, 16 for 16-bit)", f"SUBLANES = {sublanes}"]
+          if not gpu else []),
         "",
         "",
-        f"def _epilogue(acc{''.join(f', a{i}' for i in params)}):",
+        f"def _epilogue(acc{''.join(', ' + n for n in pnames)}{', *, ' + kwargs if kwargs else ''}):",
         *[f"    {l}" for l in body.lines],
         f"    return {body.outputs[0]}",
         "",
         "",
-        "def _finish(acc, p_refs, o_ref, P_SHAPES):",
-        f"    acc = acc.astype({out_dtype})",
-        f"    out = _epilogue(acc{''.join(', ' + l for l in loads)})",
+        *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
+        *(_GPU_HELPERS if gpu else _TPU_HELPERS).splitlines(),
+        "",
+        "",
+        "def _finish(acc, p_refs, o_ref, epilogue):",
+        f"    out = epilogue(acc.astype({acc_dtype}){''.join(', ' + l for l in loads)})",
         "    out = out.reshape(out.shape + (1,)) if out.ndim == 1 else out",
         "    o_ref[...] = jnp.broadcast_to(out, o_ref.shape).astype(o_ref.dtype)",
         "",
         "",
     ]
-    if target == "tpu":
+    if not gpu:
         kern = [
-            "def _kernel(x_ref, w_ref, *refs, nk, p_shapes):",
+            "def _kernel(x_ref, w_ref, *refs, nk, epilogue):",
             "    p_refs, o_ref, acc_ref = refs[:-2], refs[-2], refs[-1]",
             "",
             "    @pl.when(pl.program_id(2) == 0)",
@@ -192,87 +270,108 @@ def _render(task, body, target, lhs, rhs, w_t, params, kinds, dot, space, full_n
             "",
             "    @pl.when(pl.program_id(2) == nk - 1)",
             "    def _store():",
-            "        _finish(acc_ref[...], p_refs, o_ref, p_shapes)",
+            "        _finish(acc_ref[...], p_refs, o_ref, epilogue)",
         ]
     else:
+        w_slice = ":, pl.ds(k * block_k, block_k)" if w_t else "pl.ds(k * block_k, block_k), :"
         kern = [
-            "def _kernel(x_ref, w_ref, *refs, nk, p_shapes, block_k):",
+            "def _kernel(x_ref, w_ref, *refs, nk, block_k, block_n, epilogue):",
             "    p_refs, o_ref = refs[:-1], refs[-1]",
             "",
             "    def step(k, acc):",
             "        x = x_ref[:, pl.ds(k * block_k, block_k)]",
-            f"        w = w_ref[{':, pl.ds(k * block_k, block_k)' if w_t else 'pl.ds(k * block_k, block_k), :'}]",
+            f"        w = w_ref[{w_slice}]",
             f"        return acc + lax.dot_general(x{lcast}, w{rcast}, {dims},",
             f"                                     precision={prec_expr}, preferred_element_type=jnp.float32)",
             "",
-            "    acc = lax.fori_loop(0, nk, step, jnp.zeros((x_ref.shape[0], o_ref.shape[1] if o_ref.shape[1] > 1 else "
-            f"w_ref.shape[{0 if w_t else 1}]), jnp.float32))",
-            "    _finish(acc, p_refs, o_ref, p_shapes)",
+            "    acc = lax.fori_loop(0, nk, step, jnp.zeros((x_ref.shape[0], block_n), jnp.float32))",
+            "    _finish(acc, p_refs, o_ref, epilogue)",
         ]
+    elementwise = tuple(jaxpr_out_shape) == (dot.outvars[0].aval.shape[0], dot.outvars[0].aval.shape[1])
+    grid = "m, n: " if gpu else "m, n, k: "
+    arrays, specs = [], []
+    for i, kind in zip(params, kinds):
+        p = f"ins[{i}]"
+        if kind == "scalar":
+            arrays.append(f"{p}.reshape((1, 1)),  # {names[i]}: one number")
+            specs.append("pl.BlockSpec((1, 1), lambda m, n: (0, 0))," if gpu else
+                         "pl.BlockSpec((1, 1), lambda m, n, k: (0, 0), memory_space=pltpu.SMEM),")
+        elif kind == "col":
+            arrays.append((f"_pad_to({p}.reshape((1, N)), (1, n_pad))," if gpu else f"{p}.reshape((1, N)),")
+                          + f"  # {names[i]}: one value per column")
+            specs.append(f"pl.BlockSpec((1, block_n), lambda {grid}(0, n)),")
+        elif kind == "row":
+            arrays.append((f"_pad_to({p}.reshape((M, 1)), (m_pad, 1))," if gpu else f"{p}.reshape((M, 1)),")
+                          + f"  # {names[i]}: one value per row")
+            specs.append(f"pl.BlockSpec((block_m, 1), lambda {grid}(m, 0)),")
+        else:
+            arrays.append((f"_pad_to({p}, (m_pad, n_pad))," if gpu else f"{p},") + f"  # {names[i]}: one value per output")
+            specs.append(f"pl.BlockSpec((block_m, block_n), lambda {grid}(m, n)),")
+    listing = ["    p_arrays = [", *[f"        {a}" for a in arrays], "    ]", "    p_specs = [",
+               *[f"        {sp}" for sp in specs], "    ]"] if params else ["    p_arrays, p_specs = [], []"]
+    rows = "m_pad" if gpu else "M"
+    if elementwise:
+        out_lines = [f"    out_spec = pl.BlockSpec((block_m, block_n), lambda {grid}(m, n))",
+                     f"    out_shape = ({rows}, {'n_pad' if gpu else 'N'})"]
+    else:
+        out_lines = ["    # the epilogue reduced along N: each block of whole rows writes its out_cols columns",
+                     "    out_cols = out.shape[1] if out.ndim == 2 else 1",
+                     f"    out_spec = pl.BlockSpec((block_m, out_cols), lambda {grid}(m, 0))",
+                     f"    out_shape = ({rows}, out_cols)"]
     call = [
         "",
         "",
-        f"def kernel({sig}, *, block_m={space['block_m'][-1]}, block_n={space['block_n'][-1]}, block_k={space['block_k'][-1]}):",
-        f"    ins = [{', '.join(f'a{i}' for i in range(n_in))}]",
+        f"def kernel({signature(task, config)}):",
+        *([f"    epilogue = functools.partial(_epilogue, {bind})"] if bind else ["    epilogue = _epilogue"]),
+        f"    ins = ({', '.join(names)}{',' if len(names) == 1 else ''})",
         f"    x, w = ins[{lhs.index}], ins[{rhs.index}]",
         "    M, K = x.shape",
         f"    N = w.shape[{0 if w_t else 1}]",
-        f"    out_struct = jax.eval_shape(_epilogue, jax.ShapeDtypeStruct((M, N), {out_dtype}),",
-        "                                *[jax.ShapeDtypeStruct(ins[i].shape, ins[i].dtype) for i in PARAMS])",
-        "    full_n = out_struct.shape != (M, N)" + (" or True" if full_n else ""),
-        "    block_n = N if full_n else block_n",
-        "    block_m = block_m if M % block_m == 0 else M",
-        "    block_k = block_k if K % block_k == 0 else K",
-        "    if N % block_n:",
-        "        block_n = N",
-        "    out_cols = 1 if len(out_struct.shape) == 1 else out_struct.shape[1]",
-        "    p_arrays, p_specs, p_shapes = [], [], []",
-        "    for i, kind in zip(PARAMS, KINDS):",
-        "        p = ins[i]",
-        "        if kind == 'scalar':",
-        "            p_arrays.append(p.reshape((1, 1))); p_shapes.append(0)",
-        "            p_specs.append(pl.BlockSpec((1, 1), lambda m, n, *k: (0, 0)))",
-        "        elif kind == 'col':",
-        "            p_shapes.append(p.ndim); p_arrays.append(p.reshape((1, N)))",
-        "            p_specs.append(pl.BlockSpec((1, block_n), lambda m, n, *k: (0, n)))",
-        "        elif kind == 'row':",
-        "            p_shapes.append(p.ndim); p_arrays.append(p.reshape((M, 1)))",
-        "            p_specs.append(pl.BlockSpec((block_m, 1), lambda m, n, *k: (m, 0)))",
-        "        else:",
-        "            p_shapes.append(2); p_arrays.append(p)",
-        "            p_specs.append(pl.BlockSpec((block_m, block_n), lambda m, n, *k: (m, n)))",
-        "    out_block = (block_m, block_n if out_cols != 1 or N == 1 else 1)",
-        "    out_shape = jax.ShapeDtypeStruct((M, out_cols), out_struct.dtype)",
+        f"    out = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((M, N), {acc_dtype}),"
+        f" {''.join(f'ins[{i}], ' for i in params)})".replace(", )", ")"),
     ]
-    if target == "tpu":
+    if not gpu:
         call += [
-            "    nk = K // block_k",
-            "    w_block = (block_n, block_k) if " + str(w_t) + " else (block_k, block_n)",
-            "    w_map = (lambda m, n, k: (n, k)) if " + str(w_t) + " else (lambda m, n, k: (k, n))",
-            "    out = pl.pallas_call(",
-            "        functools.partial(_kernel, nk=nk, p_shapes=tuple(p_shapes)),",
-            "        grid=(M // block_m, N // block_n, nk),",
-            "        in_specs=[pl.BlockSpec((block_m, block_k), lambda m, n, k: (m, k)), pl.BlockSpec(w_block, w_map), *p_specs],",
-            "        out_specs=pl.BlockSpec(out_block, lambda m, n, k: (m, n if out_block[1] != 1 else 0)),",
-            "        out_shape=out_shape,",
+            "    block_m = _block(M, block_m, SUBLANES)",
+            "    block_n = " + ("N  # whole rows" if full_n else "_block(N, block_n, 128)"),
+            "    block_k = _block(K, block_k, 128)",
+            *listing,
+            *out_lines,
+            "    w_spec = " + ("pl.BlockSpec((block_n, block_k), lambda m, n, k: (n, k))" if w_t
+                           else "pl.BlockSpec((block_k, block_n), lambda m, n, k: (k, n))"),
+            "    result = pl.pallas_call(",
+            "        functools.partial(_kernel, nk=K // block_k, epilogue=epilogue),",
+            "        grid=(M // block_m, N // block_n, K // block_k),",
+            "        in_specs=[pl.BlockSpec((block_m, block_k), lambda m, n, k: (m, k)), w_spec, *p_specs],",
+            "        out_specs=out_spec,",
+            "        out_shape=jax.ShapeDtypeStruct(out_shape, out.dtype),",
             "        scratch_shapes=[pltpu.VMEM((block_m, block_n), jnp.float32)],",
             "        compiler_params=pltpu.CompilerParams(dimension_semantics=('parallel', 'parallel', 'arbitrary')),",
             "    )(x, w, *p_arrays)",
+            "    return result.reshape(out.shape)",
+            "",
         ]
     else:
         call += [
-            "    block_k = min(block_k, K)",
-            "    nk = K // block_k",
-            "    w_block = (block_n, K) if " + str(w_t) + " else (K, block_n)",
-            "    w_map = (lambda m, n: (n, 0)) if " + str(w_t) + " else (lambda m, n: (0, n))",
-            "    out = pl.pallas_call(",
-            "        functools.partial(_kernel, nk=nk, p_shapes=tuple(p_shapes), block_k=block_k),",
-            "        grid=(M // block_m, N // block_n),",
-            "        in_specs=[pl.BlockSpec((block_m, K), lambda m, n: (m, 0)), pl.BlockSpec(w_block, w_map), *p_specs],",
-            "        out_specs=pl.BlockSpec(out_block, lambda m, n: (m, n if out_block[1] != 1 else 0)),",
-            "        out_shape=out_shape,",
+            "    block_m, m_pad = _block(M, block_m)",
+            "    block_k, k_pad = _block(K, block_k)",
+            "    " + ("block_n = n_pad = max(16, 1 << (N - 1).bit_length())  # whole (padded) rows"
+                    if full_n else "block_n, n_pad = _block(N, block_n)"),
+            "    x = _pad_to(x, (m_pad, k_pad))",
+            "    w = _pad_to(w, " + ("(n_pad, k_pad))" if w_t else "(k_pad, n_pad))"),
+            *listing,
+            *out_lines,
+            "    w_spec = " + ("pl.BlockSpec((block_n, k_pad), lambda m, n: (n, 0))" if w_t
+                           else "pl.BlockSpec((k_pad, block_n), lambda m, n: (0, n))"),
+            "    result = pl.pallas_call(",
+            "        functools.partial(_kernel, nk=k_pad // block_k, block_k=block_k, block_n=block_n, epilogue=epilogue),",
+            "        grid=(m_pad // block_m, n_pad // block_n),",
+            "        in_specs=[pl.BlockSpec((block_m, k_pad), lambda m, n: (m, 0)), w_spec, *p_specs],",
+            "        out_specs=out_spec,",
+            "        out_shape=jax.ShapeDtypeStruct(out_shape, out.dtype),",
             "        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),",
             "    )(x, w, *p_arrays)",
+            "    return result[:M, :" + ("N" if elementwise else "out_cols") + "].reshape(out.shape)",
+            "",
         ]
-    call += ["    return out.reshape(out_struct.shape)", ""]
     return "\n".join(header + kern + call)

@@ -29,6 +29,7 @@ import numpy as np
 
 from mk.author.emit import Unsupported
 from mk.author.ir import ELEMENTWISE, Op, Program, Val, const_val, from_jaxpr, render
+from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.task import Task
@@ -420,9 +421,10 @@ _RULES: tuple[Callable[[Op, dict[int, Op], dict[int, int]], Rewrite | None], ...
 
 
 def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
+    probes = probes_for(task, traced)
     programs = []
     before = None
-    for t in traced:
+    for t in probes.traces:
         prog = from_jaxpr(t.jaxpr)
         before = before if before is not None else prog.cost()
         programs.append(simplify(prog))
@@ -435,8 +437,9 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     if saving < MIN_SAVING:
         raise Unsupported(f"the rewrites that apply ({', '.join(fired)}) save {saving:.1%} of the estimated work, "
                           f"under {MIN_SAVING:.0%}; XLA does such simplifications itself")
-    lines, outs = render(programs, traced)
-    source = _source(task, lines, outs, fired, saving)
+    names = arg_names(task)
+    lines, outs = render(programs, probes, names)
+    source = _source(task, names, probes.used(*lines, *outs), lines, outs, fired, saving)
     return Proposal(
         name="rewrite-jax",
         source=source,
@@ -446,23 +449,23 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     )
 
 
-def _source(task: Task, lines: list[str], outs: list[str], fired: list[str], saving: float) -> str:
-    n = len(task.args)
-    sig = ", ".join([f"a{i}" for i in range(n)] + [s.name for s in task.static])
+def _source(task: Task, names: list[str], used: list, lines: list[str], outs: list[str], fired: list[str],
+            saving: float) -> str:
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
-    body = [f"    {line}" for line in lines]
+    body = [f"    {v.name} = {v.source}" for v in used if v.name != v.source] + [f"    {line}" for line in lines]
     return "\n".join([
         f'"""mk offline author: algebraic rewrite of {task.name} in pure JAX (valid on every backend).',
         "",
         "Rewrites applied: " + "; ".join(fired) + ".",
-        f"Estimated work saved: {saving:.0%}.",
+        f"Estimated work saved: {saving:.0%} (at the authoring size). Sizes and static values are read from the",
+        "arguments at trace time.",
         '"""',
         "import jax",
         "import jax.numpy as jnp",
         "from jax import lax",
         "",
         "",
-        f"def kernel({sig}):",
+        f"def kernel({signature(task, '')}):",
         *body,
         f"    return {ret}",
         "",

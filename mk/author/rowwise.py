@@ -10,11 +10,15 @@ parameters (weights, biases) resident for every block.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
-from mk.author.emit import Emitter, Unsupported
+import numpy as np
+
+from mk.author.emit import MASKED_HELPER, Emitter, Unsupported
+from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
-from mk.author.trace import Traced, symbolic_literals
+from mk.author.trace import Traced
 from mk.task import Task, np_dtype
 
 #: on-chip budget for the double-buffered blocks of one grid step (bytes)
@@ -47,56 +51,101 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
             other = find_layout(t)
             if other.lead != layout.lead or other.row_inputs != layout.row_inputs:
                 raise Unsupported("the row layout changes between scales")
-    symbolic = symbolic_literals(traced, trailing_from=layout.lead)
-    em = Emitter(layout.lead, symbolic)
     jaxpr = t0.jaxpr.jaxpr
     if jaxpr.constvars:
         raise Unsupported("the reference closes over array constants")
-    for i, (var, row) in enumerate(zip(jaxpr.invars, layout.row_inputs)):
-        em.bind(var, f"a{i}", row)
+    probes = probes_for(task, traced)
+    names = arg_names(task)
+    pad = target == "gpu"  # Triton blocks are powers of two: trailing axes are padded, reductions masked
+    em = Emitter(layout.lead, probes, mask=pad, taken=set(names) | {v.name for v in probes.vars})
+    for var, name, row in zip(jaxpr.invars, names, layout.row_inputs):
+        em.bind(var, name, row)
     em.emit(jaxpr.eqns)
     body = em.result(jaxpr.outvars)
     if "dot_general" in body.primitives:
         raise Unsupported("a matrix product: use the matmul template")
-    largest_row = max(math.prod(s[layout.lead:]) * np_dtype(a.dtype).itemsize for s, a, r in zip(t0.shapes, task.args, layout.row_inputs) if r)
-    space = _block_rows_space(target, layout, largest_row, n_arrays=len(t0.shapes) + len(jaxpr.outvars))
-    source = _render(task, body, layout, target, space)
+    outs = [v.aval for v in jaxpr.outvars]
+    row_bytes = sum(math.prod(s[layout.lead:]) * np_dtype(a.dtype).itemsize
+                    for s, a, r in zip(t0.shapes, task.args, layout.row_inputs) if r)
+    row_bytes += sum(math.prod(o.shape[layout.lead:]) * np.dtype(o.dtype).itemsize for o in outs)
+    itemsizes = [np_dtype(a.dtype).itemsize for a, r in zip(task.args, layout.row_inputs) if r]
+    itemsizes += [np.dtype(o.dtype).itemsize for o in outs]
+    sublanes = 8 * max(1, 4 // min(itemsizes))
+    space = _block_rows_space(target, layout, row_bytes, sublanes)
+    source = _render(task, names, probes.used(*body.lines, *body.outputs), body, layout, target, space, sublanes)
     return Proposal(
         name=f"rowwise-{target}",
         source=source,
         rationale=f"row-wise fusion over {layout.lead} leading axes ({'x'.join(map(str, layout.rows))} rows at scale {t0.scale}); "
-        "one pass over HBM with whole rows in on-chip memory",
+        "one pass over HBM with whole rows in on-chip memory"
+        + ("; trailing axes padded to powers of two (Triton), padding masked out of every reduction" if pad else ""),
         template="rowwise",
     )
 
 
-def _block_rows_space(target: str, layout: RowLayout, row_bytes: int, n_arrays: int) -> list[int]:
+def _block_rows_space(target: str, layout: RowLayout, row_bytes: int, sublanes: int) -> list[int]:
+    """Row-block sizes to tune over: those that fit the on-chip budget at the authoring size (the kernel fits each
+    one to the rows it is called with, and to the budget, at trace time)."""
     nrows = math.prod(layout.rows)
     budget = _BUDGET[target]
-    options = [b for b in (8, 16, 32, 64, 128, 256, 512, 1024, 2048) if b <= nrows and nrows % b == 0]
-    fits = [b for b in options if 2 * n_arrays * b * row_bytes <= budget]
-    if not fits:
-        fits = options[:1] or [nrows]
-    return fits[-4:]
+    options = [b for b in (8, 16, 32, 64, 128, 256, 512, 1024, 2048) if b >= sublanes or target == "gpu"]
+    fits = [b for b in options if 2 * b * row_bytes <= budget and b <= max(nrows, options[0])]
+    return (fits or options[:1])[-4:]
 
 
 _HEADER = {
-    "tpu": "from jax.experimental.pallas import tpu as pltpu  # noqa: F401  (Mosaic TPU)\n",
-    "gpu": "from jax.experimental.pallas import triton as pltriton\n",
+    "tpu": "",
+    "gpu": "from jax.experimental.pallas import triton as pltriton",
     "cpu": "",
 }
 
+_TPU_BLOCK = '''def _row_block(nrows, want, row_bytes):
+    """Rows per block: the largest multiple of SUBLANES dividing nrows, at most want and within the on-chip budget;
+    all the rows (one block, always a legal block shape) when no such multiple exists."""
+    want = max(SUBLANES, min(want, BUDGET // max(1, 2 * row_bytes)))
+    for b in range(min(want, nrows) // SUBLANES * SUBLANES, 0, -SUBLANES):
+        if nrows % b == 0:
+            return b
+    return nrows
+'''
 
-def _render(task: Task, body, layout: RowLayout, target: str, space: list[int]) -> str:
-    n = len(layout.row_inputs)
+_GPU_BLOCK = '''def _row_block(nrows, want, row_bytes):
+    """Rows per block: the largest power of two (Triton's rule) dividing nrows, at most want and within budget."""
+    want = max(1, min(want, BUDGET // max(1, 2 * row_bytes)))
+    b = 1 << (want.bit_length() - 1)
+    while nrows % b:
+        b //= 2
+    return b
+
+
+def _pow2(n):
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _pad(x, first):
+    """x zero-padded, along its axes from first on, to powers of two (the padding is masked in every reduction)."""
+    widths = [(0, 0)] * first + [(0, _pow2(n) - n) for n in x.shape[first:]]
+    return jnp.pad(x, widths) if any(w for _, w in widths) else x
+'''
+
+
+def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, target: str, space: list[int],
+            sublanes: int) -> str:
     nout = len(body.outputs)
-    args = ", ".join(f"a{i}" for i in range(n))
-    statics = ", ".join(s.name for s in task.static)
-    sig = args + (", " + statics if statics else "")
+    pad = target == "gpu"
+    kwargs = ", ".join(v.name for v in used)
+    bind = ", ".join(f"{v.name}={v.source}" for v in used)
+    row_of = {n: r for n, r in zip(names, layout.row_inputs)}
+    first_row = next(n for n in names if row_of[n])
+    helpers = _GPU_BLOCK if pad else _TPU_BLOCK
     lines = [
         f'"""mk offline author: row-wise Pallas kernel for {task.name} (target {target}).',
         "",
-        "Whole rows per block; the reference's computation runs block-local inside one pallas_call.",
+        *textwrap.wrap("Whole rows per block; the reference's computation runs block-local inside one pallas_call. "
+                       "Sizes and static values are read from the arguments at trace time; the row block is fitted "
+                       "to the rows it is given." + (" Trailing axes are zero-padded to powers of two (Triton) and "
+                                                     "the padding is masked out of every reduction." if pad else ""),
+                       110),
         '"""',
         "import functools",
         "import math",
@@ -105,20 +154,30 @@ def _render(task: Task, body, layout: RowLayout, target: str, space: list[int]) 
         "import jax.numpy as jnp",
         "from jax import lax",
         "from jax.experimental import pallas as pl",
-        _HEADER[target].rstrip("\n"),
+        *([_HEADER[target]] if _HEADER[target] else []),
         "",
+        "#: leading axes that index rows (collapsed into one)",
         f"LEAD = {layout.lead}",
+        "#: per input: tiled by rows (True) or resident in every block (a parameter)",
         f"ROW_INPUTS = {layout.row_inputs!r}",
         f"CONFIG_SPACE = {{'block_rows': {space!r}}}",
+        *(["#: rows per sublane tile of the narrowest row dtype (8 for 32-bit, 16 for 16-bit)", f"SUBLANES = {sublanes}"]
+          if not pad else []),
+        "#: on-chip bytes the double-buffered blocks of one grid step may use",
+        f"BUDGET = {_BUDGET[target]}",
         "",
         "",
-        f"def _body({args}):",
+        f"def _body({', '.join(names)}{', *, ' + kwargs if kwargs else ''}):",
         *[f"    {line}" for line in body.lines],
         f"    return ({', '.join(body.outputs)},)",
         "",
         "",
-        "def _kernel(*refs, squeeze, scalar):",
-        f"    ins, outs = refs[:{n}], refs[{n}:]",
+        *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
+        *helpers.splitlines(),
+        "",
+        "",
+        "def _kernel(*refs, body, squeeze, scalar):",
+        f"    ins, outs = refs[:{len(names)}], refs[{len(names)}:]",
         "    vals = []",
         "    for ref, row in zip(ins, ROW_INPUTS):",
         "        v = ref[...]",
@@ -127,49 +186,57 @@ def _render(task: Task, body, layout: RowLayout, target: str, space: list[int]) 
         "        if not row and scalar[len(vals)]:",
         "            v = v.reshape(())",
         "        vals.append(v)",
-        "    results = _body(*vals)",
+        "    results = body(*vals)",
         "    for ref, val in zip(outs, results):",
         "        val = val.reshape(val.shape + (1,)) if val.ndim == 1 and ref.ndim == 2 else val",
         "        ref[...] = jnp.broadcast_to(val, ref.shape).astype(ref.dtype)",
         "",
         "",
-        f"def kernel({sig}, *, block_rows={space[-1]}):",
-        f"    ins = [{args}]",
-        "    rows = ins[[i for i, r in enumerate(ROW_INPUTS) if r][0]].shape[:LEAD]",
-        "    nrows = math.prod(rows)",
-        "    if nrows % block_rows:",
-        "        block_rows = nrows",
-        "    flat, specs = [], []",
-        "    squeeze, scalar = [], []",
-        "    for x, row in zip(ins, ROW_INPUTS):",
-        "        if row:",
-        "            tail = x.shape[LEAD:] or (1,)",
-        "            squeeze.append(not x.shape[LEAD:])",
-        "            scalar.append(False)",
-        "            flat.append(x.reshape((nrows,) + tail))",
-        "            specs.append(pl.BlockSpec((block_rows,) + tail, lambda i, k=len(tail): (i,) + (0,) * k))",
-        "        else:",
-        "            p = x.reshape((1, 1)) if x.ndim == 0 else x",
-        "            squeeze.append(False)",
-        "            scalar.append(x.ndim == 0)",
-        "            flat.append(p)",
-        "            specs.append(pl.BlockSpec(p.shape, lambda i, k=p.ndim: (0,) * k))",
+        "def _block_structs(flat, squeeze, scalar):",
+        "    \"\"\"What the body sees of each input in one block: a row value has one (collapsed) row.\"\"\"",
         "    blocks = [jax.ShapeDtypeStruct((1,) + f.shape[1:] if r else f.shape, f.dtype) for f, r in zip(flat, ROW_INPUTS)]",
-        "    blocks = [jax.ShapeDtypeStruct((), b.dtype) if s else (jax.ShapeDtypeStruct(b.shape[:1], b.dtype) if q else b)",
-        "              for b, s, q in zip(blocks, scalar, squeeze)]",
-        "    out_blocks = jax.eval_shape(_body, *blocks)",
+        "    return [jax.ShapeDtypeStruct((), b.dtype) if s else (jax.ShapeDtypeStruct(b.shape[:1], b.dtype) if q else b)",
+        "            for b, s, q in zip(blocks, scalar, squeeze)]",
+        "",
+        "",
+        f"def kernel({signature(task, f'block_rows={space[-1]}')}):",
+        *([f"    body = functools.partial(_body, {bind})"] if bind else ["    body = _body"]),
+        f"    ins = [{', '.join(names)}]",
+        f"    rows = {first_row}.shape[:LEAD]",
+        "    nrows = math.prod(rows)",
+        "    flat, squeeze, scalar = [], [], []",
+        "    for arr, row in zip(ins, ROW_INPUTS):",
+        "        if row:",
+        "            flat.append(arr.reshape((nrows,) + (arr.shape[LEAD:] or (1,))))",
+        "            squeeze.append(not arr.shape[LEAD:])",
+        "            scalar.append(False)",
+        "        else:",
+        "            flat.append(arr.reshape((1, 1)) if arr.ndim == 0 else arr)",
+        "            squeeze.append(False)",
+        "            scalar.append(arr.ndim == 0)",
+        "    out_real = jax.eval_shape(body, *_block_structs(flat, squeeze, scalar))",
+        *(["    flat = [_pad(f, 1 if r else 0) for f, r in zip(flat, ROW_INPUTS)]"] if pad else []),
+        "    out_blocks = jax.eval_shape(body, *_block_structs(flat, squeeze, scalar))",
         "    out_shapes = [jax.ShapeDtypeStruct((nrows,) + (o.shape[1:] or (1,)), o.dtype) for o in out_blocks]",
+        "    row_bytes = sum(math.prod(f.shape[1:]) * f.dtype.itemsize for f, r in zip(flat, ROW_INPUTS) if r)",
+        "    row_bytes += sum(math.prod(s.shape[1:]) * s.dtype.itemsize for s in out_shapes)",
+        "    block_rows = _row_block(nrows, block_rows, row_bytes)",
+        "    specs = [pl.BlockSpec((block_rows,) + f.shape[1:] if r else f.shape,",
+        "                          (lambda i, k=f.ndim - 1: (i,) + (0,) * k) if r else (lambda i, k=f.ndim: (0,) * k))",
+        "             for f, r in zip(flat, ROW_INPUTS)]",
         "    out_specs = [pl.BlockSpec((block_rows,) + s.shape[1:], lambda i, k=len(s.shape) - 1: (i,) + (0,) * k) for s in out_shapes]",
         "    results = pl.pallas_call(",
-        "        functools.partial(_kernel, squeeze=tuple(squeeze), scalar=tuple(scalar)),",
+        "        functools.partial(_kernel, body=body, squeeze=tuple(squeeze), scalar=tuple(scalar)),",
         "        grid=(nrows // block_rows,),",
         "        in_specs=specs,",
         "        out_specs=out_specs,",
         "        out_shape=out_shapes,",
-        *(["        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),"] if target == "gpu" else []),
+        *(["        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),"] if pad else []),
         "    )(*flat)",
-        "    final = [r.reshape(rows + o.shape[1:]) for r, o in zip(results, out_blocks)]",
-        f"    return final[0] if {nout} == 1 else tuple(final)",
+        *(["    results = [r[(slice(None),) + tuple(slice(0, n) for n in (o.shape[1:] or (1,)))] for r, o in zip(results, out_real)]"]
+          if pad else []),
+        "    final = [r.reshape(rows + o.shape[1:]) for r, o in zip(results, out_real)]",
+        "    return final[0]" if nout == 1 else "    return tuple(final)",
         "",
     ]
     return "\n".join(lines)
