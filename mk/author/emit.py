@@ -87,8 +87,13 @@ class Emitter:
     two, for Triton): every reduction first sets the padding to the reduction's identity (``_masked``), and
     reshapes that move data between axes are refused."""
 
-    def __init__(self, lead: int, probes: Any = None, mask: bool = False, taken: Any = ()):
+    def __init__(self, lead: int, probes: Any = None, mask: bool = False, taken: Any = (), may_split: bool = False):
         self.lead = lead
+        #: ``may_split`` (with ``mask``): the row's one trailing axis may be split into groups by a reshape; ``split``
+        #: then records (its size, the number of groups, the group size), as source, for the kernel's padding
+        self.may_split = may_split
+        self.split: tuple[str, str, str] | None = None
+        self._reduced: list[str] = []
         self._taken = set(taken)
         self.probes = probes
         self.mask = mask
@@ -244,6 +249,7 @@ class Emitter:
             sizes = self._sizes(eqn, lambda e: e.invars[0].aval.shape)
             for a, n in zip(axes, neg):
                 name = f"_masked({name}, {n}, {sizes[a]}, {_FILL[prim]})"
+                self._reduced.append(sizes[a])
             self.out.primitives.add("_masked")
         fn = _REDUCE[prim]
         if prim in ("argmax", "argmin"):
@@ -293,6 +299,16 @@ class Emitter:
             # only axes of size 1 come or go: keep the value's own sizes (right for any size, padded or not)
             it = iter(k for k, d in enumerate(a_src) if d != "1")
             parts = ["1" if d == "1" else f"{name}.shape[{phys + next(it)}]" for d in a_dst]
+        elif self.mask and self.may_split and l and len(a_src) == 1 and len(a_dst) == 2 \
+                and self.split in (None, (a_src[0], a_dst[0], a_dst[1])):
+            # the row's one axis splits into (groups, group size): the kernel pads it group by group
+            # (pad_groups), so the padded block splits into (_pow2(groups), _pow2(group size))
+            self.split = (a_src[0], a_dst[0], a_dst[1])
+            parts = [f"_pow2({a_dst[0]})", f"_pow2({a_dst[1]})"]
+            self.out.primitives.add("_pow2")
+        elif self.mask and self.split is not None and l and len(a_src) == 2 and tuple(a_src) == self.split[1:] \
+                and len(a_dst) == 1:
+            parts = [f"{name}.shape[1] * {name}.shape[2]"]
         elif self.mask:
             raise Unsupported("a reshape moves data between axes of a block that may be padded (Triton needs "
                               "power-of-two blocks)")
@@ -305,5 +321,8 @@ class Emitter:
             self._set(eqn.outvars[0], f"{name}.reshape({tail})", 0)
 
     def result(self, outvars: list[Any]) -> Emitted:
+        if self.split is not None and self.split[0] in self._reduced:
+            raise Unsupported("a reduction runs over a whole row that is also split into groups: padded group by "
+                              "group, its padding is not at the row's end")
         self.out.outputs = [self._ref(v)[0] for v in outvars]
         return self.out

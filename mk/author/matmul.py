@@ -101,7 +101,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         else:
             raise Unsupported(f"an epilogue input of shape {shape} does not tile with the ({M}, {N}) output")
     pad = target == "gpu"  # Triton blocks are powers of two: N may be padded, reductions over it are masked
-    em = Emitter(1, probes, mask=pad, taken=set(names) | {v.name for v in probes.vars} | {"acc"})
+    em = Emitter(1, probes, mask=pad, taken=set(names) | {v.name for v in probes.vars} | {"acc"}, may_split=pad)
     em.bind(dot.outvars[0], "acc", True)
     for i, kind in zip(params, param_kinds):
         em.bind(invars[i], names[i], kind in ("tile", "row"), scalar=kind == "scalar")
@@ -117,8 +117,17 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     itemsizes += [np_dtype(task.args[i].dtype).itemsize for i, k in zip(params, param_kinds) if k in ("tile", "row")]
     sublanes = 8 * max(1, 4 // min(itemsizes))
     space = _space(target, M, N, a.aval.shape[1], full_n, sublanes)
+    split, split_out = None, ""
+    if em.split is not None:  # (groups, group size), and the output's shape, as the kernel reads them from its arguments
+        split = tuple(_from_arguments(e, probes.vars) for e in em.split[1:])
+        outs = [tuple(e.aval.shape) for e in (t.jaxpr.jaxpr.outvars[0] for t in probes.traces)]
+        try:
+            split_out = _from_arguments(probes.shape(outs), probes.vars)
+        except ValueError as exc:
+            raise Unsupported(str(exc)) from exc
     src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, lhs, rhs, w_t, params,
-                  param_kinds, dot, space, full_n, sublanes, out_shape)
+                  param_kinds, dot, space, full_n, sublanes, out_shape, split, split_out,
+                  dtype_expr(jaxpr.outvars[0].aval.dtype))
     return Proposal(
         name=f"matmul-epilogue-{target}",
         source=src,
@@ -127,6 +136,14 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         "back to HBM before the epilogue" + ("; whole rows per block (the epilogue reduces or reshapes along N)" if full_n else ""),
         template="matmul",
     )
+
+
+def _from_arguments(expr: str, variables: list) -> str:
+    """``expr`` (over the variables) with each variable replaced by how the kernel reads it from its arguments."""
+    import re
+
+    sources = {v.name: v.source for v in variables}
+    return re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: sources.get(m.group(0), m.group(0)), expr)
 
 
 def _size(probes: Any, values: list[int]) -> str:
@@ -186,10 +203,25 @@ def _pad_to(x, shape):
     return jnp.pad(x, widths) if any(w for _, w in widths) else x
 '''
 
+_GPU_SPLIT_HELPERS = '''def _pow2(n):
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _pad_groups(x, axis, split):
+    """x with its axis (split[0] groups of split[1]) padded group by group: each group to a power of two, then the
+    number of groups, so the epilogue's reshape into groups splits the padded block the same way."""
+    groups, size = split
+    shape = x.shape[:axis] + (groups, size) + x.shape[axis + 1:]
+    widths = [(0, 0)] * axis + [(0, _pow2(groups) - groups), (0, _pow2(size) - size)] + [(0, 0)] * (x.ndim - axis - 1)
+    padded = jnp.pad(x.reshape(shape), widths)
+    return padded.reshape(x.shape[:axis] + (_pow2(groups) * _pow2(size),) + x.shape[axis + 1:])
+'''
+
 
 def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Operand, rhs: Operand, w_t: bool,
             params: list[int], kinds: list[str], dot: Any, space: dict[str, list[int]], full_n: bool,
-            sublanes: int, jaxpr_out_shape: tuple[int, ...]) -> str:
+            sublanes: int, jaxpr_out_shape: tuple[int, ...], split: tuple[str, str] | None = None,
+            split_out: str = "", out_dtype: str = "") -> str:
     gpu = target == "gpu"
     acc_dtype = dtype_expr(dot.outvars[0].aval.dtype)
     prec = dot.params.get("precision")
@@ -247,6 +279,7 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
         "",
         *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
         *(_GPU_HELPERS if gpu else _TPU_HELPERS).splitlines(),
+        *(["", "", *_GPU_SPLIT_HELPERS.splitlines()] if split else []),
         "",
         "",
         "def _finish(acc, p_refs, o_ref, epilogue):",
@@ -297,7 +330,8 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
             specs.append("pl.BlockSpec((1, 1), lambda m, n: (0, 0))," if gpu else
                          "pl.BlockSpec((1, 1), lambda m, n, k: (0, 0), memory_space=pltpu.SMEM),")
         elif kind == "col":
-            arrays.append((f"_pad_to({p}.reshape((1, N)), (1, n_pad))," if gpu else f"{p}.reshape((1, N)),")
+            arrays.append((f"_pad_groups({p}.reshape((1, N)), 1, split)," if split else
+                           f"_pad_to({p}.reshape((1, N)), (1, n_pad))," if gpu else f"{p}.reshape((1, N)),")
                           + f"  # {names[i]}: one value per column")
             specs.append(f"pl.BlockSpec((1, block_n), lambda {grid}(0, n)),")
         elif kind == "row":
@@ -305,7 +339,8 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
                           + f"  # {names[i]}: one value per row")
             specs.append(f"pl.BlockSpec((block_m, 1), lambda {grid}(m, 0)),")
         else:
-            arrays.append((f"_pad_to({p}, (m_pad, n_pad))," if gpu else f"{p},") + f"  # {names[i]}: one value per output")
+            arrays.append((f"_pad_groups(_pad_to({p}, (m_pad, N)), 1, split)," if split else
+                           f"_pad_to({p}, (m_pad, n_pad))," if gpu else f"{p},") + f"  # {names[i]}: one value per output")
             specs.append(f"pl.BlockSpec((block_m, block_n), lambda {grid}(m, n)),")
     listing = ["    p_arrays = [", *[f"        {a}" for a in arrays], "    ]", "    p_specs = [",
                *[f"        {sp}" for sp in specs], "    ]"] if params else ["    p_arrays, p_specs = [], []"]
@@ -324,11 +359,16 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
         f"def kernel({signature(task, config)}):",
         *([f"    epilogue = functools.partial(_epilogue, {bind})"] if bind else ["    epilogue = _epilogue"]),
         f"    ins = ({', '.join(names)}{',' if len(names) == 1 else ''})",
+        *(["    # the epilogue splits each row into split[0] groups of split[1]: rows are padded group by group, and",
+           "    # the epilogue only traces on padded rows, so its output is known from the arguments",
+           f"    split = ({split[0]}, {split[1]})",
+           f"    out = jax.ShapeDtypeStruct({split_out}, {out_dtype})"] if split else []),
         f"    x, w = ins[{lhs.index}], ins[{rhs.index}]",
         "    M, K = x.shape",
         f"    N = w.shape[{0 if w_t else 1}]",
-        f"    out = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((M, N), {acc_dtype}),"
-        f" {''.join(f'ins[{i}], ' for i in params)})".replace(", )", ")"),
+        *([] if split else
+          [f"    out = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((M, N), {acc_dtype}),"
+           f" {''.join(f'ins[{i}], ' for i in params)})".replace(", )", ")")]),
     ]
     if not gpu:
         call += [
@@ -355,8 +395,10 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
         call += [
             "    block_m, m_pad = _block(M, block_m)",
             "    block_k, k_pad = _block(K, block_k)",
-            "    " + ("block_n = n_pad = max(16, 1 << (N - 1).bit_length())  # whole (padded) rows"
-                    if full_n else "block_n, n_pad = _block(N, block_n)"),
+            *(["    block_n = n_pad = _pow2(split[0]) * _pow2(split[1])  # whole rows, padded group by group",
+               f"    w = _pad_groups(w, {0 if w_t else 1}, split)"] if split else
+              ["    " + ("block_n = n_pad = max(16, 1 << (N - 1).bit_length())  # whole (padded) rows"
+                       if full_n else "block_n, n_pad = _block(N, block_n)")]),
             "    x = _pad_to(x, (m_pad, k_pad))",
             "    w = _pad_to(w, " + ("(n_pad, k_pad))" if w_t else "(k_pad, n_pad))"),
             *listing,
@@ -371,7 +413,9 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
             "        out_shape=jax.ShapeDtypeStruct(out_shape, out.dtype),",
             "        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),",
             "    )(x, w, *p_arrays)",
-            "    return result[:M, :" + ("N" if elementwise else "out_cols") + "].reshape(out.shape)",
+            ("    return result[:M].reshape((M, _pow2(split[0]), _pow2(split[1])))[:, :split[0], :split[1]]"
+             ".reshape(out.shape)" if split and elementwise else
+             "    return result[:M, :" + ("N" if elementwise else "out_cols") + "].reshape(out.shape)"),
             "",
         ]
     return "\n".join(header + kern + call)
