@@ -87,6 +87,8 @@ class OptimizedFunction:
         self._compiled: dict[str, Callable[..., Any]] = {}
         self._out_trees: dict[Any, Any] = {}
         self._kernel = None
+        self._programs: dict[str, str | None] = {}
+        self._verified_program: str | None = None
         if source:
             namespace: dict[str, Any] = {}
             exec(compile(source, report.kernel_path or f"<mk kernel {task.name}>", "exec"), namespace)  # noqa: S102 - judged
@@ -179,7 +181,28 @@ class OptimizedFunction:
         why = self.envelope.check(shapes, dtypes, bound.static)
         if why is not None:
             return None, f"outside the verified envelope: {why}"
+        why = self._same_program(shapes, dtypes, bound.static)
+        if why is not None:
+            return None, why
         return leaves, None
+
+    def _same_program(self, shapes: list[tuple[int, ...]], dtypes: list[Any], static: Mapping[str, Any]) -> str | None:
+        """Why ``fn`` computes another program at these shapes than at the verified ones (a Python branch on a
+        shape, say), else None. Compared as jaxprs with every number blanked out, so sizes and shape-derived
+        constants may differ; decided once per signature."""
+        import jax
+
+        key = repr((shapes, [str(d) for d in dtypes], sorted((k, repr(v)) for k, v in static.items())))
+        if key not in self._programs:
+            if self._verified_program is None:
+                self._verified_program = _program_form(self.task.reference, self.task.arg_structs(),
+                                                       dict(zip((s.name for s in self.task.static), self.task.static_values())))
+            here = _program_form(self.task.reference, [jax.ShapeDtypeStruct(sh, dt) for sh, dt in zip(shapes, dtypes)],
+                                 dict(static))
+            self._programs[key] = None if here is not None and here == self._verified_program else (
+                "the function computes a different program at these shapes than at the verified ones "
+                "(its jaxpr differs, e.g. a Python branch on a shape), so the kernel does not apply")
+        return self._programs[key]
 
     def _leaf(self, i: int, v: Any) -> Any:
         """A Python scalar given where a 0-d array was verified becomes one, of the verified dtype."""
@@ -452,3 +475,16 @@ def optimize(
 
 
 _OPTIONS = [p for p in optimize.__code__.co_varnames[:optimize.__code__.co_argcount + optimize.__code__.co_kwonlyargcount]]
+
+
+def _program_form(reference: Callable[..., Any], structs: Sequence[Any], static: Mapping[str, Any]) -> str | None:
+    """The reference's jaxpr at ``structs`` with every number blanked (None when it cannot be traced there)."""
+    import re
+
+    import jax
+
+    try:
+        closed = jax.make_jaxpr(lambda *leaves: reference(*leaves, **static))(*structs)
+    except Exception:  # noqa: BLE001 - untraceable here: treated as a different program (the reference runs)
+        return None
+    return re.sub(r"\d+", "#", str(closed.jaxpr))

@@ -289,3 +289,38 @@ def test_readme_python_api_example_runs(tmp_path, monkeypatch, capsys):
     assert out.startswith("correct\n") and "static reduce: 'sum'" in out
     assert out.count("running the reference") == 3 and "EnvelopeError" in out
     assert isinstance(MkError, type)
+
+
+def test_a_shape_branch_inside_the_envelope_runs_the_reference(tmp_path):
+    """A function that branches on a shape computes another program past the branch: the kernel verified before it
+    must not run there, even where the envelope's size rule would allow it (found by a newcomer, 2026-12-01)."""
+    import warnings
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from mk.api import OptimizedFunction
+    from mk.harness import build_suite
+    from mk.harness.envelope import Envelope
+    from mk.job import OptimizeReport
+    from mk.loaders.callable import callable_task
+
+    def f(x, w):
+        s = (x @ w).sum(axis=1)
+        return s * 2.0 if x.shape[0] > 100 else s
+
+    task, spec = callable_task(f, [((32, 64), "float32"), ((64, 48), "float32")], computation_key=True)
+    env = Envelope.of(task, build_suite(task))
+    assert env.check([(128, 64), (64, 48)]) is None  # the size rule alone would allow 128 rows
+    report = OptimizeReport("correct", None, task.name, "cpu", env.suite_hash, None, None, None, "", "hand", None, [], {},
+                            envelope=env.to_dict())
+    kernel = "def kernel(x, w):\n    return (x @ w).sum(axis=1)\n"  # right below the branch only
+    fast = OptimizedFunction(f, task, report, kernel, spec=spec)
+    w = jnp.ones((64, 48), jnp.float32)
+    small = jnp.asarray(np.random.default_rng(0).standard_normal((64, 64)), jnp.float32)
+    assert fast.reason(small, w) is None and float(jnp.max(jnp.abs(fast(small, w) - f(small, w)))) == 0.0
+    big = jnp.asarray(np.random.default_rng(1).standard_normal((128, 64)), jnp.float32)
+    assert "different program" in fast.reason(big, w)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert float(jnp.max(jnp.abs(fast(big, w) - f(big, w)))) == 0.0
