@@ -147,7 +147,10 @@ def _unusable_lm(exc: BaseException) -> ConfigError | None:
         from dspy.utils.exceptions import LMAuthError, LMBillingError, LMConfigurationError
     except ImportError:  # pragma: no cover - another DSPy version
         return None
-    if not isinstance(exc, (LMAuthError, LMBillingError, LMConfigurationError)):
+    from dspy.utils.exceptions import LMInvalidRequestError, LMUnsupportedModelError
+
+    if not isinstance(exc, (LMAuthError, LMBillingError, LMConfigurationError, LMUnsupportedModelError)) and not (
+            isinstance(exc, LMInvalidRequestError) and "model" in str(exc).lower()):
         return None
     return ConfigError(f"the language model cannot be used: {str(exc).splitlines()[0]}",
                        hint="set the provider's API key (e.g. GEMINI_API_KEY), pick another --lm, or use --lm offline")
@@ -228,6 +231,8 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
     again = f"mk eval {where} THIS_FILE --target {target.name}"
     if len(scales) == 1:
         again += f" --scale {scales[0]}"
+    if task.kind == "callable":  # a Python function has no task file mk eval could load
+        again = "call mk.optimize on the same function and shapes with cache=False (it judges the kernel again)"
     header = [
         f"# mk {__version__} kernel for task {task.name!r}" + (f" ({task.source})" if task.source else ""),
         f"# target: {target.name}; device: {device}",

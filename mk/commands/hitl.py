@@ -79,8 +79,9 @@ def _loop(console: Any, session: Any, args: argparse.Namespace) -> int:
             if choice == "approve":
                 break
             if choice == "quit":
-                console.print(f"stopped; the session is kept in the store: mk hitl --resume {session.run_id}"
-                              + (f" --db {args.db}" if args.db else ""), soft_wrap=True)
+                resume = f"mk hitl --resume {session.run_id}" + (f" --db {args.db}" if args.db else "")
+                session.interrupt(resume)  # recorded as interrupted, not left 'running'
+                console.print(f"stopped; the session is kept in the store: {resume}", soft_wrap=True)
                 return _finish(console, session, args)
             if choice == "redo":
                 console.print(f"running {session.redo()} again")

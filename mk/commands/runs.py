@@ -97,9 +97,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def resume(args: argparse.Namespace) -> int:
-    from mk.store import Store
-
-    with Store.open(args.db) as store:
+    with read_store(args.db) as store:
         run = store.find_run(args.run)
     if run.get("mode") == "search":
         summary = _resume_search(args, run)
