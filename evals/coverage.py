@@ -75,7 +75,8 @@ def _markdown(data: dict) -> str:
              f"Command: `{data['command']}`  ", f"Date: {data['date']} · mk {data['mk_version']} · {data['seconds']:.0f} s · "
              "scale `ci` · correctness only (no timing); tpu/gpu judged by lowering + interpret mode on a CPU.", "",
              "A task is covered on a target when at least one offline-author candidate was judged **correct** on the frozen "
-             "suite. `—` = the author declined (no template applies); `✗` = candidates were judged but none correct.", "",
+             "suite, held-out scale included (sizes and static values the author never saw, mk/harness/heldout.py). "
+             "`—` = the author declined (no template applies); `✗` = candidates were judged but none correct.", "",
              "| target | covered | compiled | tasks |", "|---|---|---|---|"]
     for t in targets:
         tot = data["totals"].get(t, {"tasks": 0, "covered": 0, "compiled": 0})
