@@ -1,5 +1,7 @@
 """Algebraic rewrites: pure-JAX candidates from the reference's jaxpr, judged like any other."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,7 +41,7 @@ def test_sum_over_matmul_output_moves_before_the_product():
     assert prop.template == "rewrite" and "sum moved before the matrix product" in prop.rationale
     assert "pallas" not in prop.source
     body = prop.source.split("def kernel")[1]
-    assert body.index("jnp.sum(a1") < body.index("lax.dot_general")  # the weight is reduced first: a GEMV
+    assert body.index("jnp.sum(weight") < body.index("lax.dot_general")  # the weight is reduced first: a GEMV
     _close(task, prop.source)
 
 
@@ -48,7 +50,7 @@ def test_sum_distributes_over_a_bias_add_and_generalises_to_new_shapes():
     two = task.with_scales({"a": Scale("a", {"B": 8, "K": 64, "N": 32}), "b": Scale("b", {"B": 16, "K": 128, "N": 48})})
     prop = rewrites.propose(two, trace_scales(two), "cpu")
     assert "sum distributed over an addition" in prop.rationale
-    assert "a0.shape[0]" in prop.source  # shapes are expressions, not the traced numbers
+    assert "x.shape[0]" in prop.source  # shapes are expressions, not the traced numbers
     other = task.with_scales({"c": Scale("c", {"B": 24, "K": 96, "N": 40})})
     _close(other, prop.source, "c")
 
@@ -57,7 +59,8 @@ def test_dead_code_drops_a_product_the_output_does_not_depend_on():
     task = _ci("26k_BMM_InstanceNorm_Sum_ResidualAdd_Multiply")
     prop = rewrites.propose(task, trace_scales(task), "cpu")
     body = prop.source.split("def kernel")[1].split(":", 1)[1]
-    assert "dot_general" not in body and "a0" not in body.replace("a0.shape", "") and "a2" not in body
+    # the product of x and bmm_weight is dead: neither is read (x only for its shape)
+    assert "dot_general" not in body and not re.search(r"\bbmm_weight\b", body) and not re.search(r"\bx\b(?!\.shape)", body)
     assert "x - x (finite inputs)" in prop.rationale
     _close(task, prop.source)
 
