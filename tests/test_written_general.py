@@ -33,7 +33,7 @@ def _dim_rules(task, env: Envelope) -> dict[str, object]:
 def _inside(rule) -> int:
     """A size the envelope allows that neither the author nor the frozen suite used."""
     if rule.kind == "multiple":
-        return next(v for v in range(rule.top, 0, -rule.unit) if v not in rule.values and v % rule.unit == 0)
+        return next(v for v in range(min(rule.values), rule.top + 1, rule.unit) if v not in rule.values)
     return rule.values[0]
 
 

@@ -114,7 +114,7 @@ class Envelope:
         seen = [s for s in scales if s not in held]
         shapes = {s: task.shapes(s) for s in scales}
         statics = {s: task.static_values(s) for s in scales}
-        tops = fresh_tops(authoring) if held else {}
+        tops = fresh_tops(suite.base(authoring)) if held else {}
         exact = bool(held) and (authoring.heldout is not None or authoring.native_inputs is not None)
         axes = []
         for i, arg in enumerate(task.args):

@@ -166,7 +166,7 @@ def evaluate(
         status = "compile_error" if "SyntaxError" in static.detail.split(";")[0] else "rejected"
         return EvalResult(status=status, reason=static.detail, steps=_steps(static), seconds=time.perf_counter() - started, **base)
     # a size drawn now, within the held-out scale's rule: the held-out sizes are public, this one is not
-    fresh = fresh_size(suite_task, secrets) if any(c.scale in suite.heldout_names for c in suite.cases) else None
+    fresh = fresh_size(suite.base(suite_task), secrets) if any(c.scale in suite.heldout_names for c in suite.cases) else None
     if fresh is not None:
         task = task.with_scales({**task.scales, fresh.name: fresh})
     run = _Run(task, tgt, suite, cand, timeouts or Timeouts(), timed, require_pallas, dict(config or {}), measure,

@@ -63,6 +63,8 @@ class FrozenSuite:
     dropped: tuple[str, ...] = ()
     #: held-out scales (sizes and static values no author is shown); their cases are in ``cases``
     heldout: tuple[Scale, ...] = ()
+    #: the task's own scales the held-out ones (and every evaluation's fresh size) grow from; not synthesised ones
+    base_scales: tuple[str, ...] = ()
     hash: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -70,13 +72,18 @@ class FrozenSuite:
             raise TaskError(f"the suite for task {self.task_name!r} has no case", hint="check the task's scales and input generator")
         blob = json.dumps(
             {"task": self.task_fingerprint, "cases": [dataclasses.astuple(c) for c in self.cases],
-             "heldout": [scale_record(s) for s in self.heldout]}, sort_keys=True, default=repr,
+             "heldout": [scale_record(s) for s in self.heldout], "base": list(self.base_scales)}, sort_keys=True, default=repr,
         )
         object.__setattr__(self, "hash", hashlib.sha256(blob.encode()).hexdigest())
 
     @property
     def heldout_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.heldout)
+
+    def base(self, task: Task) -> Task:
+        """``task`` with only the scales its held-out scales grow from (the fresh size grows from them too)."""
+        names = [n for n in self.base_scales if n in task.scales]
+        return task.with_scales({n: task.scales[n] for n in names}) if names and len(names) < len(task.scales) else task
 
     def judged(self, task: Task) -> Task:
         """``task`` with this suite's held-out scales added: the task every case of the suite runs on."""
@@ -101,7 +108,7 @@ class FrozenSuite:
             for q in queues:
                 if q and len(picked) < max(n, 1):
                     picked.append(q.pop(0))
-        return FrozenSuite(self.task_name, self.task_fingerprint, tuple(picked), self.dropped, self.heldout)
+        return FrozenSuite(self.task_name, self.task_fingerprint, tuple(picked), self.dropped, self.heldout, self.base_scales)
 
     def inputs(self, task: Task, case: Case) -> list[np.ndarray]:
         task = self.judged(task)
@@ -151,7 +158,8 @@ def build_suite(
     if heldout:
         from mk.harness.heldout import heldout_scales
 
-        held = heldout_scales(task)
+        base = task.with_scales({n: task.scales[n] for n in scales}) if set(scales) != set(task.scales) else task
+        held = heldout_scales(base)  # from the asked-for scales only: a synthesised case is not a size to grow from
         task = task.with_scales({**task.scales, **{s.name: s for s in held}}) if held else task
         for s in held:
             candidates.extend(Case(s.name, seed, dist, note="held out") for dist, seed in HELDOUT_CASES)
@@ -179,7 +187,8 @@ def build_suite(
     order = {id(c): i for i, c in enumerate(candidates)}
     kept.sort(key=lambda c: order[id(c)])
     kept_scales = {c.scale for c in kept}
-    return FrozenSuite(task.name, fingerprint, tuple(kept), tuple(dropped), tuple(s for s in held if s.name in kept_scales))
+    return FrozenSuite(task.name, fingerprint, tuple(kept), tuple(dropped), tuple(s for s in held if s.name in kept_scales),
+                       tuple(scales) if held else ())
 
 
 class ReferenceCache:
