@@ -239,3 +239,15 @@ def host_inputs(dynamic: Sequence[Any], specs: Sequence[ArgSpec], path: Path | N
         want = np_dtype(spec.dtype)
         out.append(arr if arr.dtype == want else arr.astype(want))
     return out
+
+
+def native_generator(draw: Any, seeded: bool) -> Any:
+    """``draw(scale, seed)`` as a task's ``native_inputs``: taking the case's seed when the task's own generator
+    takes one (``seeded``), else the one-argument form (every case then draws seed 0's arrays)."""
+    if seeded:
+        def native_inputs(scale: str, seed: int) -> Any:
+            return draw(scale, seed)
+    else:
+        def native_inputs(scale: str) -> Any:  # type: ignore[misc]
+            return draw(scale, 0)
+    return native_inputs

@@ -90,12 +90,7 @@ def load(path: Path, task_id: str | None = None) -> Task:
         current = getattr(module, "CONFIG", {})
         return common.host_inputs(_split(generate(seed), file), args, file), [current.get(s.name, s.value) for s in statics]
 
-    if seeded:  # each case's seed reaches create_inputs
-        def native_inputs(scale: str, seed: int) -> tuple[list[Any], list[Any]]:
-            return draw(scale, seed)
-    else:
-        def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:  # type: ignore[misc]
-            return draw(scale, 0)
+    native_inputs = common.native_generator(draw, seeded)  # each case's seed reaches create_inputs when it takes one
 
     name = file.parent.name if file.name == BASELINE_NAME else file.stem
     description = common.doc_summary(module) or str(config.get("name", ""))

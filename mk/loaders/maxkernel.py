@@ -116,12 +116,7 @@ def load(path: Path, task_id: str | None = None) -> Task:
         dynamic, st = _split(get_inputs(seed), ref_file)
         return common.host_inputs(dynamic, args, ref_file), list(st.values()) if isinstance(st, Mapping) else list(st)
 
-    if seeded:  # each case's seed reaches get_inputs
-        def native_inputs(scale: str, seed: int) -> tuple[list[Any], list[Any]]:
-            return draw(scale, seed)
-    else:
-        def native_inputs(scale: str) -> tuple[list[Any], list[Any]]:  # type: ignore[misc]
-            return draw(scale, 0)
+    native_inputs = common.native_generator(draw, seeded)  # each case's seed reaches get_inputs when it takes one
 
     name = str(meta.get("name") or meta.get("task_name") or folder.name)
     return Task(
