@@ -186,6 +186,9 @@ EXPECTED = [
     Expect("r3_semantics_clamped_dynamic_slice.py", "tanh", "tpu", ("incorrect",), r"Out-of-bounds read"),
     Expect("r3_semantics_gpu_grid_accumulate.py", "mm", "gpu", ("rejected",), r"Triton runs grid points concurrently"),
     Expect("r3_semantics_revisit_output.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check .*(Revisited block|NaN/inf)"),
+    # round 5 (held-out scales, fresh sizes, the envelope): statuses the candidate's words cannot choose
+    Expect("r5_mimic_outside_envelope.py", "tanh", "cpu", ("compile_error",), r"judged as a failure"),
+    Expect("r5_mimic_unverifiable.py", "tanh", "cpu", ("compile_error",), r"judged as a failure"),
 ]
 
 

@@ -240,7 +240,8 @@ class Envelope:
     def guard_source(self, entry: str = "kernel") -> str:
         """Python for the end of a written kernel file: ``entry`` refuses, at trace time, inputs outside the envelope."""
         rule = _guard_literal(self.rule())
-        return _GUARD.format(rule=repr(rule), entry=entry, outside=OUTSIDE)
+        return (_GUARD_HEAD.format(rule=repr(rule), entry=entry) + _GUARD_CHECK
+                + _GUARD_ENTRY.format(entry=entry, outside=OUTSIDE))
 
 
 def _axis_tie(values: Sequence[Any], shapes: Sequence[Sequence[Sequence[int]]]) -> tuple[int, int] | None:
@@ -322,12 +323,15 @@ def _plain(v: Any) -> Any:
     return repr(v)
 
 
-_GUARD = '''
+_GUARD_HEAD = '''
 
 # --- mk: the verified envelope. Outside it the kernel refuses to trace (shapes are static under jit). ---
 MK_ENVELOPE = {rule}
 _mk_unchecked_{entry} = {entry}
+'''
 
+#: the check itself: the same code runs in the written file and, on the literal it declares, in the judge
+_GUARD_CHECK = '''
 
 def _mk_same(v, w):
     if isinstance(w, str) and w.startswith("dtype:"):
@@ -397,7 +401,9 @@ def _mk_outside(args, kwargs):
                 return None
         return "these sizes and static values are not one of the verified points"
     return None
+'''
 
+_GUARD_ENTRY = '''
 
 def {entry}(*args, **kwargs):
     why = _mk_outside(args, kwargs)
@@ -405,3 +411,43 @@ def {entry}(*args, **kwargs):
         raise ValueError("{outside}: " + why + " (see the header of this file)")
     return _mk_unchecked_{entry}(*args, **kwargs)
 '''
+
+
+# --- the judge's side: the envelope a candidate declares, checked by the judge itself -------------------------------
+def declared_rule(source: str) -> dict[str, Any] | None:
+    """The ``MK_ENVELOPE`` literal a candidate declares at the top level of its file (a kernel mk wrote), or None.
+
+    Read with ``ast.literal_eval``, never by running the candidate: only a plain literal assigned once counts. The
+    judge decides ``outside_envelope`` from this declaration (:func:`declared_outside`), never from the words of an
+    error the candidate raises (those are the candidate's to fake)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    found = [node for node in tree.body if isinstance(node, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == "MK_ENVELOPE" for t in node.targets)]
+    if len(found) != 1 or len(found[0].targets) != 1:
+        return None
+    try:
+        rule = ast.literal_eval(found[0].value)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return None
+    keys = ("names", "dtypes", "axes", "equal", "static", "exact", "points")
+    if not isinstance(rule, dict) or any(k not in rule for k in keys):
+        return None
+    return rule
+
+
+def declared_outside(rule: Mapping[str, Any], structs: Sequence[Any], static: Mapping[str, Any]) -> str | None:
+    """Why inputs with these shapes/dtypes (``structs``: objects with ``shape`` and ``dtype``) and statics (by name)
+    lie outside the declared ``rule``: the written guard's own check, run by the judge on the literal it parsed.
+    None inside. A rule the check cannot read raises ValueError."""
+    namespace: dict[str, Any] = {"MK_ENVELOPE": rule}
+    exec(compile(_GUARD_CHECK, "<mk envelope check>", "exec"), namespace)  # noqa: S102 - mk's own template
+    try:
+        why = namespace["_mk_outside"](tuple(structs), dict(static))
+    except Exception as exc:  # noqa: BLE001 - a malformed declaration: not one the judge can apply
+        raise ValueError(f"the declared MK_ENVELOPE cannot be checked ({type(exc).__name__}: {exc})") from None
+    return None if why is None else str(why)

@@ -177,6 +177,7 @@ def evaluate(
     timing_res: TimingResult | None = None
     cost_res: CostResult | None = None
     try:
+        _check_declared_envelope(run)
         _start(run)
         _trace(run)
         _check_programs(run)
@@ -286,18 +287,51 @@ def _trace(run: _Run) -> None:
         where = str(reply.get("where") or "")
         if _oom(text):
             raise _Verdict("crashed", f"out of memory during {phase}: {text}")
-        if any(m in text for m in _UNVERIFIABLE):
+        marker = next((m for m in _UNVERIFIABLE if m in text), None)
+        # the words alone are the candidate's to fake: only an error JAX or jaxlib raised, in words the candidate's
+        # source does not hold, means "this machine cannot"; the candidate's own raise is judged as what it is
+        if marker is not None and reply.get("origin") == "library" and marker not in run.cand.source:
             raise _Verdict("unverifiable_here", f"cannot lower or run this kernel here ({text}); judge it on a {run.target.name} device")
-        if OUTSIDE in text:
-            raise _Verdict("outside_envelope", f"the candidate refuses these inputs: {text[text.index(OUTSIDE):]}")
         what = "failed to import" if phase == "import" else f"failed the {run.target.name} compile check"
         at = f" at scale {reply['scale']}" if reply.get("scale") else ""
-        raise _Verdict("compile_error", f"candidate {what}{at}: {text}{where}")
+        note = ""
+        if OUTSIDE in text or marker is not None:  # outside_envelope is decided before the trace, from the declaration
+            note = (" (the candidate's error claims a refusal or a limit of this machine; the judge found neither: no "
+                    "declared envelope excludes these inputs, and the words came from the candidate, so it is judged as a failure)")
+        raise _Verdict("compile_error", f"candidate {what}{at}: {text}{where}{note}")
     scales = reply.get("scales")
     if not isinstance(scales, dict) or set(scales) != set(run.scales):
         raise _Verdict("crashed", "the tracer's reply does not cover the suite's scales")
     run.programs = scales
     run.compile_detail = f"traced once per scale and lowered for {run.target.platform}"
+
+
+def _check_declared_envelope(run: _Run) -> None:
+    """``outside_envelope`` is the judge's own finding: a kernel mk wrote declares its envelope (the ``MK_ENVELOPE``
+    literal its guard checks), and the judge applies the guard's check to that literal here, before the candidate
+    runs. An error whose words mimic the guard's is never relabelled (see :func:`_trace`)."""
+    from mk.harness.arrays import decode_static
+    from mk.harness.envelope import declared_outside, declared_rule
+
+    import jax
+
+    rule = declared_rule(run.cand.source)
+    if rule is None:
+        return
+    for scale in run.scales:
+        structs = run.task.arg_structs(scale)
+        try:
+            static = {s.name: decode_static(encode_static(v)) for s, v in zip(run.task.static, run.task.static_values(scale))}
+        except TypeError:  # a static with no JSON form: the trace refuses it anyway (see _spec)
+            return
+        try:
+            why = declared_outside(rule, [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in structs], static)
+        except ValueError as exc:
+            run.flags.append(f"{exc}: judged as a kernel without a declared envelope")
+            return
+        if why is not None:
+            raise _Verdict("outside_envelope", f"the candidate's declared envelope (MK_ENVELOPE, checked by the judge) "
+                                               f"excludes scale {scale}: {OUTSIDE}: {why}")
 
 
 def _check_programs(run: _Run) -> None:

@@ -215,10 +215,14 @@ def _failure(phase: str, exc: BaseException, denied: tuple[str, ...], scale: str
 
     if denied:
         return {"phase": phase, "rejected": f"the candidate attempted a forbidden operation: {denied[0]}"}
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(CANDIDATE_FILE)]
+    stack = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in stack if f.filename.endswith(CANDIDATE_FILE)]
     where = f" (candidate.py line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
     text = f"{type(exc).__name__}: {exc}".strip()
-    return {"phase": phase, "scale": scale, "error": text[:4000], "error_type": type(exc).__name__, "where": where}
+    # who raised it: the candidate's own code (its words prove nothing about the machine) or JAX/jaxlib
+    origin = "candidate" if not stack or stack[-1].filename.endswith(CANDIDATE_FILE) else "library"
+    return {"phase": phase, "scale": scale, "error": text[:4000], "error_type": type(exc).__name__, "where": where,
+            "origin": origin}
 
 
 def main(argv: list[str] | None = None) -> int:
