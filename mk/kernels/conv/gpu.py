@@ -1,0 +1,117 @@
+"""Convolution as an implicit GEMM on GPU (Pallas Triton), with a fused epilogue.
+
+The same computation as :mod:`mk.kernels.conv.tpu` (stride 1, VALID, channels
+last, 1-3 spatial axes). Triton blocks are powers of two, so the input is
+zero-padded: output spatial sizes to powers of two ``Op`` (the input to
+``Op + K - 1``, again a power of two), channels to at least 16. One program
+per sample (and output-channel block, without an epilogue) adds, for every
+window offset, one (prod(Op), Cin) x (Cin, block_cout) ``tl.dot`` of a shifted
+view of the sample into a register accumulator.
+
+The epilogue sees the padded tile (1, *Op, Coutp): padded channels and pixels
+hold finite values (bias and activations of zeros) that the caller's epilogue
+must mask out of its reductions (mk's emitter does, with ``_masked``). The
+``params`` are padded along the axes named in ``channel_axes`` (those that
+follow Cout); the result is sliced back to the epilogue's output at the true
+sizes.
+
+A whole sample lives in registers, so this suits the small and medium spatial
+sizes mk judges at; large images need a spatial tiling with cross-program
+statistics (not built). Self-contained (jax only): mk's offline author copies
+it verbatim into the kernels it writes.
+"""
+
+import functools
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+
+def _pow2(n):
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _pad_axes(a, sizes):
+    widths = [(0, t - n) for n, t in zip(a.shape, sizes)]
+    return jnp.pad(a, widths) if any(w for _, w in widths) else a
+
+
+def _conv_gpu_kernel(x_ref, w_ref, *refs, out_spatial, window, n_params, epilogue, precision):
+    p_refs, o_ref = refs[:n_params], refs[n_params]
+    rows, cin = math.prod(out_spatial), x_ref.shape[-1]
+    acc = jnp.zeros((rows, w_ref.shape[-1]), jnp.float32)
+    for off in itertools.product(*(range(k) for k in window)):
+        xs = x_ref[(0, *(pl.ds(o, n) for o, n in zip(off, out_spatial)), slice(None))]
+        acc += lax.dot_general(xs.reshape(rows, cin), w_ref[off], (((1,), (0,)), ((), ())), precision=precision,
+                               preferred_element_type=jnp.float32)
+    out = epilogue(acc.reshape((1, *out_spatial, acc.shape[-1])), *(p[...] for p in p_refs))
+    o_ref[...] = out.reshape(o_ref.shape).astype(o_ref.dtype)
+
+
+def _bias_epilogue(tile, bias):
+    return tile + bias.reshape(bias.shape[-1:])
+
+
+def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, out_dtype=None, precision=None,
+             block_cout=None, num_warps=4, num_stages=1):
+    """``epilogue(conv(x, w) + bias, *params)`` per sample, channels last, on padded power-of-two blocks.
+
+    ``channel_axes[i]``: the axes of ``params[i]`` whose size is Cout (padded with zeros like the channels);
+    every other axis of a param must be a power of two. ``block_cout`` (a power of two) only applies without
+    an epilogue."""
+    s = x.ndim - 2
+    window, cin, cout = w.shape[:s], w.shape[s], w.shape[s + 1]
+    if not 1 <= s <= 3 or w.ndim != s + 2 or x.shape[-1] != cin:
+        raise ValueError(f"expected x (N, *S, Cin) and w (*K, Cin, Cout) with 1-3 spatial axes, got {x.shape=}, {w.shape=}")
+    out_true = tuple(n - k + 1 for n, k in zip(x.shape[1:-1], window))
+    if min(out_true) < 1:
+        raise ValueError(f"the window {window} is larger than the input's spatial size {x.shape[1:-1]}")
+    out_spatial = tuple(_pow2(o) for o in out_true)
+    if math.prod(out_spatial) < 16:  # tl.dot needs at least 16 rows
+        out_spatial = out_spatial[:-1] + (out_spatial[-1] * _pow2(-(-16 // math.prod(out_spatial))),)
+    batch, cin_p, cout_p = x.shape[0], max(16, _pow2(cin)), max(16, _pow2(cout))
+    x = _pad_axes(x, (batch, *(_pow2(o + k - 1) for o, k in zip(out_spatial, window)), cin_p))
+    w = _pad_axes(w, (*window, cin_p, cout_p))
+    if epilogue is None:
+        bc = min(cout_p, _pow2(block_cout or cout_p))
+        if bc < 16:
+            raise ValueError(f"block_cout={block_cout} must be at least 16 (Triton's smallest dot)")
+        if bias is not None:
+            params, epilogue = (_pad_axes(bias.reshape(1, cout), (1, cout_p)),), _bias_epilogue
+        else:
+            params, epilogue = (), lambda tile: tile
+        true = jax.ShapeDtypeStruct((1, *out_true, cout), x.dtype)
+        padded = jax.ShapeDtypeStruct((1, *out_spatial, bc), x.dtype)
+        p_specs = [pl.BlockSpec((1, bc), lambda n, c: (0, c)) for _ in params]
+        grid_c = cout_p // bc
+    else:
+        if bias is not None:
+            raise ValueError("pass the bias to the epilogue as one of its params")
+        channel_axes = channel_axes or [()] * len(params)
+        true = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_true, cout), jnp.float32), *params)
+        params = tuple(_pad_axes(p, [cout_p if a in axes else _pow2(n) for a, n in enumerate(p.shape)])
+                       for p, axes in zip(params, channel_axes))
+        padded = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_spatial, cout_p), jnp.float32), *params)
+        p_specs = [pl.BlockSpec(p.shape, functools.partial(lambda nd, n, c: (0,) * nd, p.ndim)) for p in params]
+        bc, grid_c = cout_p, 1
+    out_block = (1, 1, *padded.shape[1:])
+    result = pl.pallas_call(
+        functools.partial(_conv_gpu_kernel, out_spatial=out_spatial, window=window, n_params=len(params),
+                          epilogue=epilogue, precision=precision),
+        grid=(batch, grid_c),
+        in_specs=[pl.BlockSpec((1, *x.shape[1:]), lambda n, c: (n,) + (0,) * (s + 1)),
+                  pl.BlockSpec((*window, cin_p, bc), lambda n, c: (0,) * (s + 1) + (c,)), *p_specs],
+        out_specs=pl.BlockSpec(out_block, lambda n, c: (n, c) + (0,) * (len(out_block) - 2)),
+        out_shape=jax.ShapeDtypeStruct((batch, grid_c, *padded.shape[1:]), out_dtype or padded.dtype),
+        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+    )(x, w, *params)
+    if grid_c > 1:  # channel blocks side by side: (N, C/bc, *Op, bc) -> (N, *Op, Cp)
+        result = jnp.moveaxis(result, 1, -2).reshape((batch, *out_spatial, cout_p))
+    else:
+        result = result.reshape((batch, *padded.shape[1:]))
+    return result[(slice(None), *(slice(0, n) for n in true.shape[1:]))]
