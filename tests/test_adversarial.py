@@ -64,6 +64,9 @@ TASKS = {
     "smallbig": Task("adv_small_big", lambda x: 0.05 * jnp.tanh(x), (ArgSpec("x", (1024, 2048), "float32"),),
                      {"ci": Scale("ci")}, tolerance=Tolerance(0.1, 0.0)),
     # fp32 HIGHEST reference with a tight tolerance (rule 11)
+    # round 5: two dims the held-out scale moves by the same unit (so n = m + 32 at every judged size)
+    "rowmean": Task("adv_rowmean", lambda x: jnp.mean(x, axis=-1, keepdims=True) * x, (ArgSpec("x", ("m", "n"), "float32"),),
+                    {"ci": Scale("ci", {"m": 16, "n": 48})}),
     "mm": Task("adv_matmul", ref_matmul, (ArgSpec("x", (16, 256), "float32"), ArgSpec("y", (256, 128), "float32")),
                {"ci": Scale("ci")}, tolerance=Tolerance(1e-4, 1e-4)),
 }
@@ -189,6 +192,8 @@ EXPECTED = [
     # round 5 (held-out scales, fresh sizes, the envelope): statuses the candidate's words cannot choose
     Expect("r5_mimic_outside_envelope.py", "tanh", "cpu", ("compile_error",), r"judged as a failure"),
     Expect("r5_mimic_unverifiable.py", "tanh", "cpu", ("compile_error",), r"judged as a failure"),
+    Expect("r5_relation_between_dims.py", "rowmean", "cpu", ("incorrect",), r"fresh size"),
+    Expect("r5_control_general_rowmean.py", "rowmean", "cpu", ("correct",), r"all \d+ cases match .*fresh sizes"),
 ]
 
 

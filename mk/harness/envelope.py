@@ -52,7 +52,7 @@ class Axis:
             return str(self.values[0])
         if self.kind == "multiple":
             return (f"any multiple of {self.unit} from {min(self.values)} to {self.top} (verified at "
-                    f"{', '.join(map(str, self.values))} and a secret size drawn in that range by every evaluation)")
+                    f"{', '.join(map(str, self.values))} and at secret sizes drawn in that range by every evaluation)")
         return "one of " + ", ".join(map(str, self.values))
 
 
@@ -237,10 +237,11 @@ class Envelope:
                    dict(d["points"]), tuple(d["heldout"]), dict(d["tolerance"]), int(d["cases"]), str(d["suite_hash"]),
                    bool(d.get("static_as_kwargs", False)), bool(d.get("exact", False)))
 
-    def guard_source(self, entry: str = "kernel") -> str:
-        """Python for the end of a written kernel file: ``entry`` refuses, at trace time, inputs outside the envelope."""
+    def guard_source(self, entry: str = "kernel", tuned: Mapping[str, Any] | None = None) -> str:
+        """Python for the end of a written kernel file: ``entry`` refuses, at trace time, inputs outside the envelope,
+        and keyword tunables other than ``tuned`` (the config the verdict verified; none: the kernel's defaults)."""
         rule = _guard_literal(self.rule())
-        return (_GUARD_HEAD.format(rule=repr(rule), entry=entry) + _GUARD_CHECK
+        return (_GUARD_HEAD.format(rule=repr(rule), tuned=repr(dict(tuned or {})), entry=entry) + _GUARD_CHECK
                 + _GUARD_ENTRY.format(entry=entry, outside=OUTSIDE))
 
 
@@ -327,6 +328,7 @@ _GUARD_HEAD = '''
 
 # --- mk: the verified envelope. Outside it the kernel refuses to trace (shapes are static under jit). ---
 MK_ENVELOPE = {rule}
+MK_TUNED = {tuned}
 _mk_unchecked_{entry} = {entry}
 '''
 
@@ -394,6 +396,10 @@ def _mk_outside(args, kwargs):
             rule = "one of %r" % (values,)
         if not ok:
             return "static %s=%r; verified: %s" % (name, v, rule)
+    tuned = MK_TUNED
+    for k in kwargs:  # a tunable (block size) other than the verified one was never judged
+        if k not in names and not (k in tuned and _mk_same(kwargs[k], tuned[k])):
+            return "keyword %s=%r was not verified (the verified config: %r)" % (k, kwargs[k], tuned)
     if env["exact"]:
         for point_shapes, point_values in env["points"]:
             if [list(s) for s in shapes] == point_shapes and all(
@@ -426,25 +432,36 @@ def declared_rule(source: str) -> dict[str, Any] | None:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    found = [node for node in tree.body if isinstance(node, ast.Assign)
-             and any(isinstance(t, ast.Name) and t.id == "MK_ENVELOPE" for t in node.targets)]
-    if len(found) != 1 or len(found[0].targets) != 1:
-        return None
-    try:
-        rule = ast.literal_eval(found[0].value)
-    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-        return None
+    rule = _literal(tree, "MK_ENVELOPE")
     keys = ("names", "dtypes", "axes", "equal", "static", "exact", "points")
     if not isinstance(rule, dict) or any(k not in rule for k in keys):
         return None
-    return rule
+    tuned = _literal(tree, "MK_TUNED")
+    return {**rule, "_tuned": tuned if isinstance(tuned, dict) else {}}
 
 
-def declared_outside(rule: Mapping[str, Any], structs: Sequence[Any], static: Mapping[str, Any]) -> str | None:
-    """Why inputs with these shapes/dtypes (``structs``: objects with ``shape`` and ``dtype``) and statics (by name)
-    lie outside the declared ``rule``: the written guard's own check, run by the judge on the literal it parsed.
-    None inside. A rule the check cannot read raises ValueError."""
-    namespace: dict[str, Any] = {"MK_ENVELOPE": rule}
+def _literal(tree: Any, name: str) -> Any:
+    """The literal assigned once, at the top level, to ``name``; None otherwise (a second assignment, a non-literal)."""
+    import ast
+
+    found = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+             and any(isinstance(t, ast.Name) and t.id == name for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))]
+    if len(found) != 1 or not isinstance(found[0], ast.Assign) or len(found[0].targets) != 1:
+        return None
+    try:
+        return ast.literal_eval(found[0].value)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return None
+
+
+def declared_outside(rule: Mapping[str, Any], structs: Sequence[Any], static: Mapping[str, Any],
+                     config: Mapping[str, Any] | None = None) -> str | None:
+    """Why inputs with these shapes/dtypes (``structs``: objects with ``shape`` and ``dtype``), statics (by name)
+    and tunables (``config``, passed as keywords) lie outside the declared ``rule``: the written guard's own check,
+    run by the judge on the literals it parsed. None inside. A rule the check cannot read raises ValueError."""
+    rule = dict(rule)
+    namespace: dict[str, Any] = {"MK_TUNED": rule.pop("_tuned", {}), "MK_ENVELOPE": rule}
+    static = {**dict(config or {}), **dict(static)}
     exec(compile(_GUARD_CHECK, "<mk envelope check>", "exec"), namespace)  # noqa: S102 - mk's own template
     try:
         why = namespace["_mk_outside"](tuple(structs), dict(static))

@@ -33,7 +33,7 @@ from mk.errors import CandidateError, ConfigError, MkError, TaskError
 from mk.harness.arrays import encode_static, load_arrays, save_arrays
 from mk.harness.compare import compare_fair, compare_outputs, low_precision
 from mk.harness.envelope import OUTSIDE
-from mk.harness.heldout import FRESH, fresh_size
+from mk.harness.heldout import FRESH, fresh_sizes
 from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limit_mb
 from mk.harness.results import CaseResult, CostResult, EvalResult, StepResult, TimingResult
 from mk.harness.suite import Case, FrozenSuite, ReferenceCache, build_suite
@@ -165,13 +165,14 @@ def evaluate(
     if not static.ok:
         status = "compile_error" if "SyntaxError" in static.detail.split(";")[0] else "rejected"
         return EvalResult(status=status, reason=static.detail, steps=_steps(static), seconds=time.perf_counter() - started, **base)
-    # a size drawn now, within the held-out scale's rule: the held-out sizes are public, this one is not
-    fresh = fresh_size(suite.base(suite_task), secrets) if any(c.scale in suite.heldout_names for c in suite.cases) else None
-    if fresh is not None:
-        task = task.with_scales({**task.scales, fresh.name: fresh})
+    # sizes drawn now, inside the box the envelope claims: the held-out sizes are public, these are not
+    fresh = fresh_sizes(suite.base(suite_task), secrets) if any(c.scale in suite.heldout_names for c in suite.cases) else []
+    fresh = [f for f in fresh if f.name not in task.scales]
+    if fresh:
+        task = task.with_scales({**task.scales, **{f.name: f for f in fresh}})
     run = _Run(task, tgt, suite, cand, timeouts or Timeouts(), timed, require_pallas, dict(config or {}), measure,
                timing or TimingOptions(), memory_mb)
-    run.scales = tuple(suite.scales) + ((fresh.name,) if fresh is not None else ())
+    run.scales = tuple(suite.scales) + tuple(f.name for f in fresh)
     run.env, run.iso, run.tracer, run.runner = children
     status, reason = "correct", ""
     timing_res: TimingResult | None = None
@@ -185,8 +186,10 @@ def evaluate(
         _check_races(run)
         _run_cases(run)
         extra = len(run.cases) - len(run.suite.cases)
+        sizes = [name[len(FRESH):] for name in run.scales[len(run.suite.scales):]]
         reason = (f"all {len(run.suite.cases)} cases match the reference (and {extra} from a fresh random seed"
-                  + (f", one of them at a fresh size {run.scales[-1][len(FRESH):]})" if len(run.scales) > len(run.suite.scales) else ")"))
+                  + (f", {len(sizes)} of them at fresh sizes {' and '.join(sizes)})" if len(sizes) > 1 else
+                     f", one of them at a fresh size {sizes[0]})" if sizes else ")"))
         timing_res, cost_res = _time_and_cost(run)
     except _Verdict as v:
         status, reason = v.status, v.reason
@@ -325,7 +328,7 @@ def _check_declared_envelope(run: _Run) -> None:
         except TypeError:  # a static with no JSON form: the trace refuses it anyway (see _spec)
             return
         try:
-            why = declared_outside(rule, [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in structs], static)
+            why = declared_outside(rule, [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in structs], static, run.config)
         except ValueError as exc:
             run.flags.append(f"{exc}: judged as a kernel without a declared envelope")
             return

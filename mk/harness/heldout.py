@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from mk.errors import TaskError
 from mk.task import Scale, Task
@@ -89,13 +89,24 @@ def derive(task: Task) -> Scale | None:
 FRESH = "size-"
 
 
-#: a fresh size grows each moved dim by 1 to this many units (further past sizes the author saw)
+#: a fresh size may grow each moved dim up to this many units past the smallest scale (further past sizes the author
+#: saw); the envelope claims up to there
 FRESH_UNITS = 4
+#: draws tried before a fresh size falls back to the plain growth rule (a reference that refuses most sizes)
+_TRIES = 48
 
 
 class _Fresh:
     """What a fresh size may change: the dims and statics the held-out scale moved, dims equal at every judged
-    size moving together, so a fresh size stays inside the envelope the suite verifies."""
+    size moving together, so a fresh size stays inside the envelope the suite verifies.
+
+    Each group of dims ranges over what the envelope claims for it: every multiple of the gcd of its judged values
+    from the smallest judged value to the top (the largest judged value, or :data:`FRESH_UNITS` units past the
+    smallest scale). Every evaluation draws two sizes in that box (:func:`fresh_sizes`): a *strict* one, where every
+    group takes a value no judged size had and no two groups keep a relation every judged size satisfied (``n = m +
+    32``, ``n = 4 m``: with two judged sizes every pair of dims lies on one line), and, with two groups or more, a
+    *loose* one drawn from the whole box (judged values included), so mixes such as (authoring ``m``, fresh ``n``)
+    are judged too. Every point the envelope admits can be drawn."""
 
     def __init__(self, task: Task):
         self.task = task
@@ -109,6 +120,19 @@ class _Fresh:
         self.groups = list(groups.values())
         base = dict(zip((s.name for s in task.static), task.static_values(self.plan.base.name)))
         self.floats = {k: (base[k], v) for k, v in self.held_static.items() if isinstance(v, float) and isinstance(base[k], float)}
+        steps = self.plan.steps()
+        #: per group, its judged values (the authoring scales', then the held-out one)
+        self.judged = [[*steps[g[0]][2], self.held_dims[g[0]]] for g in self.groups]
+        tops = self.tops()
+        self.domains = []
+        for g, values in zip(self.groups, self.judged):
+            step = 0
+            for v in values:
+                step = math.gcd(step, int(v))
+            top = max(max(values), tops[g[0]])
+            self.domains.append(list(range(min(values), top + 1, step)) if step > 0 else sorted(set(values)))
+        self.points = {tuple(self.plan.value(n, g[0]) for g in self.groups) for n in task.scales}
+        self.points.add(tuple(self.held_dims[g[0]] for g in self.groups))
 
     def dims(self, k: Mapping[str, int]) -> dict[str, int]:
         grown = self.plan.dim_moves({d: k[g[0]] for g in self.groups for d in g}, avoid=self.held_dims)
@@ -116,6 +140,33 @@ class _Fresh:
 
     def tops(self) -> dict[str, int]:
         return self.dims({g[0]: FRESH_UNITS for g in self.groups})
+
+    def of_groups(self, values: Sequence[int]) -> dict[str, int]:
+        return {d: int(v) for g, v in zip(self.groups, values) for d in g}
+
+    def off_lines(self, values: Sequence[int]) -> bool:
+        """No pair of groups keeps a relation (a line through the judged sizes' values) every judged size kept."""
+        for a in range(len(self.groups)):
+            for b in range(a + 1, len(self.groups)):
+                pts = sorted({(p[a], p[b]) for p in self.points})
+                if len(pts) < 2:
+                    continue
+                (x0, y0), (x1, y1) = pts[0], pts[1]
+                if all((x1 - x0) * (y - y0) == (y1 - y0) * (x - x0) for x, y in pts) and \
+                        (x1 - x0) * (values[b] - y0) == (y1 - y0) * (values[a] - x0):
+                    return False
+        return True
+
+    def draw(self, rng: Any, strict: bool) -> list[int] | None:
+        pools = [[v for v in dom if v not in judged] if strict else dom for dom, judged in zip(self.domains, self.judged)]
+        if any(not pool for pool in pools):
+            return None
+        for _ in range(_TRIES):
+            values = [pool[rng.randbelow(len(pool))] for pool in pools]
+            if tuple(values) in self.points or (strict and not self.off_lines(values)):
+                continue
+            return values
+        return None
 
     def axes_of(self, dim: str) -> list[tuple[int, int]]:
         if not self.plan.named:
@@ -149,17 +200,37 @@ def fresh_tops(task: Task) -> dict[tuple[int, int], int]:
     return {ax: top for d, top in fresh.tops().items() for ax in fresh.axes_of(d)}
 
 
-def fresh_size(task: Task, rng: Any) -> Scale | None:
-    """A size drawn for one evaluation from a secret source (``rng.randbelow``): each group of dims the held-out
-    scale moves grows by 1-:data:`FRESH_UNITS` units from the smallest scale (past the sizes the author saw and
-    the held-out one), and each float static it moves is drawn between its two values. The held-out scale's
-    sizes are public; this one is not. None for tasks with declared held-out scales or their own generator."""
+def fresh_size(task: Task, rng: Any, strict: bool = True) -> Scale | None:
+    """A size drawn for one evaluation from a secret source (``rng.randbelow``) inside the box the envelope claims
+    (see :class:`_Fresh`): ``strict``, every group of dims the held-out scale moved takes a value no judged size had,
+    off every relation between two groups that the judged sizes all kept; else anywhere in the box but a judged
+    point. Each float static the held-out scale moved is drawn between its two values. The held-out scale's sizes
+    are public; this one is not. None for tasks with declared held-out scales or their own generator (or, loose,
+    with one group)."""
     fresh = _fresh(task)
-    if fresh is None:
+    if fresh is None or (not strict and len(fresh.groups) < 2):
         return None
-    dims = fresh.dims({g[0]: 1 + rng.randbelow(FRESH_UNITS) for g in fresh.groups})
     floats = {k: _between(a, b, rng) for k, (a, b) in fresh.floats.items()}
-    return fresh.scale(dims, floats)
+    for _ in range(_TRIES):
+        values = fresh.draw(rng, strict)
+        if values is None:
+            break
+        scale = fresh.scale(fresh.of_groups(values), floats)
+        if scale is not None:
+            return scale
+    if not strict:
+        return None
+    return fresh.scale(fresh.dims({g[0]: 1 + rng.randbelow(FRESH_UNITS) for g in fresh.groups}), floats)
+
+
+def fresh_sizes(task: Task, rng: Any) -> list[Scale]:
+    """The fresh sizes one evaluation adds: a strict one and, with two groups of dims or more, a loose one."""
+    out: list[Scale] = []
+    for strict in (True, False):
+        scale = fresh_size(task, rng, strict)
+        if scale is not None and scale.name not in {s.name for s in out}:
+            out.append(scale)
+    return out
 
 
 def _between(a: float, b: float, rng: Any) -> float:
@@ -188,13 +259,17 @@ def sized(task: Task, name: str) -> Scale:
     if not name.startswith(FRESH) or [len(s) for s in shapes] != ranks:
         raise TaskError(f"{name!r} does not give one shape per input of {task.name!r} (ranks {ranks})", hint=example)
     dims = {}
-    for d, top in fresh.tops().items():
-        values = {shapes[i][j] for i, j in fresh.axes_of(d)}
-        base, step, _ = fresh.plan.steps()[d]
-        v = values.pop() if len(values) == 1 else -1
-        if v <= base or v > top or (v - base) % step:
-            raise TaskError(f"{name!r}: dim {d} must be one size, a multiple of {step} above {base} up to {top}", hint=example)
-        dims[d] = v
+    for g, domain in zip(fresh.groups, fresh.domains):
+        for d in g:
+            values = {shapes[i][j] for i, j in fresh.axes_of(d)}
+            v = values.pop() if len(values) == 1 else -1
+            if v not in domain:
+                step = domain[1] - domain[0] if len(domain) > 1 else 0
+                raise TaskError(f"{name!r}: dim {d} must be one size, a multiple of {step} from {domain[0]} to {domain[-1]}",
+                                hint=example)
+            dims[d] = v
+        if len({dims[d] for d in g}) > 1:
+            raise TaskError(f"{name!r}: dims {', '.join(g)} move together (equal at every judged size)", hint=example)
     for k, v in floats.items():
         if k not in fresh.floats or not min(fresh.floats[k]) <= v <= max(fresh.floats[k]):
             raise TaskError(f"{name!r}: static {k} is not one a fresh size draws", hint=example)
