@@ -14,6 +14,7 @@ class Passage(BaseModel):
     score: float = 0.0
     source: str = Field(description="'jax-docstrings', 'handbook', or the folder a user added")
     anchor: str = ""
+    targets: list[str] = Field(default_factory=list, description="platforms the passage is specific to ('tpu', 'gpu'); empty: any")
 
     @property
     def ref(self) -> str:

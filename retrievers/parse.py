@@ -1,10 +1,12 @@
 """Split documentation files into sections: Markdown (incl. MyST/jupytext), reST, notebooks, Python.
 
 A :class:`Section` is the text under one heading, with the chain of headings
-above it and an anchor. Fenced/literal code blocks stay in the text unless they
-are *kernel code* (a Pallas kernel someone wrote: ``def …_kernel(``,
-``pallas_call(``, ``@pl.kernel`` …), which is dropped unless ``include_code``.
-API signatures and short usage snippets are kept.
+above it and an anchor. Code blocks (fenced, indented, reST literal and
+``code-block``) stay in the section's text whole, fenced, with their
+indentation, beside the prose they illustrate; the store indexes prose and
+code as separate fields (:func:`prose_and_code`). Long sections are cut at
+paragraph boundaries, never inside a code block unless the block alone is too
+long (then at line boundaries, each piece fenced again).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class Section:
     titles: list[str]  # heading chain, outermost first
     anchor: str
     text: str
-    code_blocks_dropped: int = 0
+    code_blocks_dropped: int = 0  # kept for callers of older versions; code blocks are no longer dropped
 
     @property
     def title(self) -> str:
@@ -50,7 +52,6 @@ class _Builder:
     titles: list[str] = field(default_factory=list)
     anchor: str = ""
     lines: list[str] = field(default_factory=list)
-    dropped: int = 0
 
     def heading(self, level: int, text: str) -> None:
         self.flush()
@@ -59,25 +60,69 @@ class _Builder:
         self.anchor = slugify(text)
 
     def code(self, code: str, lang: str = "python") -> None:
-        if not self.include_code and is_kernel_code(code):
-            self.dropped += 1
-            return
-        self.lines += ["", f"```{lang}", code.rstrip("\n"), "```", ""]
+        code = code.rstrip()
+        if code.strip():
+            self.lines += ["", f"```{lang}", code, "```", ""]
 
     def flush(self, final: bool = False) -> None:
-        text = re.sub(r"\n{3,}", "\n\n", "\n".join(self.lines)).strip()
+        text = re.sub(r"\n{3,}", "\n\n", "\n".join(self.lines)).strip("\n")
         self.lines = []
-        for n, chunk in enumerate(split_long(text) if text else []):
-            # the count of dropped kernel blocks rides on the section's first chunk
-            self.sections.append(Section(self.doc, list(self.titles), self.anchor, chunk, self.dropped if n == 0 else 0))
-            self.dropped = 0
-        if final and self.dropped and self.sections:
-            self.sections[-1].code_blocks_dropped += self.dropped
+        for chunk in split_long(text) if text.strip() else []:
+            self.sections.append(Section(self.doc, list(self.titles), self.anchor, chunk))
 
 
 def is_kernel_code(code: str) -> bool:
     """True when a code block defines or launches a hand-written Pallas kernel."""
     return bool(_KERNEL_CODE.search(code))
+
+
+_FENCED = re.compile(r"^```[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+def prose_and_code(text: str) -> tuple[str, str]:
+    """A section's text split into its prose and the bodies of its fenced code blocks."""
+    code = "\n\n".join(m.group(1) for m in _FENCED.finditer(text))
+    return _FENCED.sub(" ", text), code
+
+
+def _units(text: str) -> list[str]:
+    """Paragraphs outside code fences, and each fenced block whole."""
+    units, para, fence = [], [], False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            if not fence and para:
+                units.append("\n".join(para))
+                para = []
+            para.append(line)
+            fence = not fence
+            if not fence:
+                units.append("\n".join(para))
+                para = []
+            continue
+        if not fence and not line.strip():
+            if para:
+                units.append("\n".join(para))
+            para = []
+            continue
+        para.append(line)
+    if para:
+        units.append("\n".join(para) + ("\n```" if fence else ""))
+    return [u for u in units if u.strip()]
+
+
+def _split_block(block: str, max_chars: int) -> list[str]:
+    """A fenced block too long for one chunk, cut at line boundaries, each piece fenced again."""
+    lines = block.split("\n")
+    head, body = lines[0], lines[1:-1] if lines[-1].startswith("```") else lines[1:]
+    pieces, cur = [], []
+    for line in body:
+        if cur and sum(len(x) + 1 for x in cur) + len(line) > max_chars:
+            pieces.append(cur)
+            cur = []
+        cur.append(line)
+    if cur:
+        pieces.append(cur)
+    return ["\n".join([head, *p, "```"]) for p in pieces]
 
 
 def slugify(text: str) -> str:
@@ -97,15 +142,19 @@ def clean_inline(text: str) -> str:
     return re.sub(r"[ \t]+", " ", text).strip()
 
 
-def split_long(text: str, max_chars: int = MAX_CHARS) -> list[str]:
+def split_long(text: str, max_chars: int | None = None) -> list[str]:
+    """Chunks of about ``max_chars`` (default ``MAX_CHARS``), cut between paragraphs and code blocks, never inside a block that fits."""
+    max_chars = max_chars or MAX_CHARS
     if len(text) <= max_chars:
         return [text]
     chunks, cur = [], ""
-    for para in re.split(r"\n\s*\n", text):
-        if cur and len(cur) + len(para) > max_chars:
-            chunks.append(cur)
-            cur = ""
-        cur = f"{cur}\n\n{para}" if cur else para
+    for unit in _units(text):
+        parts = _split_block(unit, max_chars) if unit.startswith("```") and len(unit) > max_chars else [unit]
+        for para in parts:
+            if cur and len(cur) + len(para) > max_chars:
+                chunks.append(cur)
+                cur = ""
+            cur = f"{cur}\n\n{para}" if cur else para
     if cur:
         chunks.append(cur)
     return chunks
@@ -117,14 +166,34 @@ _MD_HEAD = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _CODE_INFO = re.compile(r"^(?:\{(?:code-cell|code-block|code|testcode)\}\s*)?([\w+-]*)")
 
 
+_INDENTED = re.compile(r"^(?: {4}|\t)\s*\S")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S")
+
+
+def _may_open_indented(prev: str) -> bool:
+    """An indented block after ``prev`` is code, not the continuation of a list item."""
+    return not prev or not (_LIST_ITEM.match(prev) or prev[:1].isspace())
+
+
 def parse_markdown(text: str, doc: str, include_code: bool = False) -> list[Section]:
     text = re.sub(r"\A\s*---\n.*?\n---\s*\n", "", text, flags=re.S)  # front matter
     text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
     b = _Builder(doc, include_code)
     lines = text.splitlines()
     i = 0
+    prev = ""  # the last non-blank line seen outside code
     while i < len(lines):
         line = lines[i]
+        if _INDENTED.match(line) and (i == 0 or not lines[i - 1].strip()) and _may_open_indented(prev):
+            # an indented code block (CommonMark): after a blank line, not inside a list item
+            body = []
+            while i < len(lines) and (_INDENTED.match(lines[i]) or not lines[i].strip()):
+                body.append(lines[i][4:] if lines[i].startswith("    ") else lines[i].lstrip("\t"))
+                i += 1
+            b.code("\n".join(body).strip("\n"), "python")
+            continue
+        if line.strip():
+            prev = line
         fence = _FENCE.match(line)
         if fence:
             mark, info = fence.group(2), fence.group(3).strip()

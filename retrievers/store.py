@@ -4,8 +4,14 @@ Layout of ``kb_dir``::
 
     manifest.json            what was indexed (sources, file stamps, JAX version), written last, atomically
     builtin-<key>.jsonl      cached sections of the built-in corpus for that JAX version + handbook
-    index-<id>/bm25/         the bm25s index
-    index-<id>/passages.jsonl  passages in index order
+    index-<id>/bm25/         the bm25s index over each passage's prose (with its heading path and page name)
+    index-<id>/bm25-code/    the bm25s index over each passage's code blocks
+    index-<id>/passages.jsonl  passages in index order (with the platform each is specific to)
+
+Search fuses the two fields (prose + ``CODE_WEIGHT`` x code), strips the noise
+of compiler errors from the query (:mod:`mk.retrievers.query`), and with a
+``target`` keeps passages specific to another platform out of the results
+unless nothing else matches (:mod:`mk.retrievers.targets`).
 
 The index is rebuilt when a recorded source file changes (size/mtime, then
 sha256), when files appear or vanish, when JAX or the handbook changes, or
@@ -19,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -28,12 +35,14 @@ import numpy as np
 from mk.errors import KnowledgeError
 from mk.retrievers import builtin
 from mk.retrievers.models import FileStamp, IngestReport, KBStats, Manifest, Passage, SourceRecord
-from mk.retrievers.parse import CODE_SUFFIXES, DOC_SUFFIXES, Section, parse_file
-from mk.retrievers.tokenize import TOKENIZER_VERSION, tokenize
+from mk.retrievers.parse import CODE_SUFFIXES, DOC_SUFFIXES, Section, parse_file, prose_and_code
+from mk.retrievers.query import split_query
+from mk.retrievers.targets import check_target, passage_targets, query_platform
+from mk.retrievers.tokenize import TOKENIZER_VERSION, plain_tokens, tokenize
 
 log = logging.getLogger(__name__)
 
-PARSER_VERSION = "1"
+PARSER_VERSION = "2"
 _SKIP_DIRS = {"__pycache__", "node_modules", "_build", "site-packages"}
 _INDEX_SUFFIXES = tuple(s for s in DOC_SUFFIXES if s != ".txt")
 
@@ -67,11 +76,28 @@ def _source_files(root: Path, include_code: bool) -> dict[str, Path]:
     return out
 
 
-def _index_tokens(s: Section) -> list[str]:
-    # Titles count three times (chain once, the leaf twice more), the doc path once, then the text.
+# Ranking constants, tuned on evals/kb_queries.json only (never on the held-out sets).
+CODE_WEIGHT = 0.1  # weight of the code-field score beside the prose field's
+TARGET_BOOST = 0.15  # passages specific to the asked (or query-named) platform score this much more
+PLAIN_WEIGHT = 0.5  # weight of the unstemmed whole-text field (both normalised by their best score)
+CONTEXT_WEIGHT = 0.3  # weight of a traceback's quoted source lines beside its message
+CHANGELOG_PRIOR = 0.9  # release notes name every API in passing; guides that explain it rank first
+_CHANGELOG = re.compile(r"(?:^|/)(?:changelog|changes|release[-_ ]?notes|news|history)(?:\.\w+)?$", re.I)
+PER_PAGE = 2  # passages of one page in a retrieve() answer
+BM25_K1, BM25_B = 1.5, 0.75  # bm25s defaults
+
+
+def _index_tokens(s: Section) -> tuple[list[str], list[str], list[str]]:
+    """(prose, code, plain) fields. Prose: heading chain once, the leaf twice more, the doc path, the prose;
+    code: the code blocks; plain: title and whole text in bm25s' default tokenization."""
     doc_words = s.doc.rsplit(".", 1)[0] if "/" in s.doc else s.doc
     leaf = s.titles[-1] if s.titles else ""
-    return tokenize(s.title) + tokenize(leaf) * 2 + tokenize(doc_words) + tokenize(s.text)
+    prose, code = prose_and_code(s.text)
+    return (
+        tokenize(s.title) + tokenize(leaf) * 2 + tokenize(doc_words) + tokenize(prose),
+        tokenize(code),
+        plain_tokens(f"{s.title}\n{s.text}"),
+    )
 
 
 class KnowledgeStore:
@@ -81,6 +107,9 @@ class KnowledgeStore:
         self.kb_dir = kb_dir
         self.manifest = manifest
         self._bm25 = None
+        self._bm25_code = None
+        self._bm25_plain = None
+        self._cache: dict = {}
         self._passages: list[Passage] | None = None
         self._loaded_index: str | None = None
         self._checked = False
@@ -171,11 +200,12 @@ class KnowledgeStore:
         except OSError as err:
             raise KnowledgeError(f"cannot create the knowledge store folder {self.kb_dir}: {err}", hint="set MK_KB_DIR or --kb to a writable folder") from err
         passages: list[Passage] = []
-        tokens: list[list[str]] = []
+        tokens: list[tuple[list[str], list[str]]] = []
 
         def put(sections: list[Section], source: str) -> None:
             for s in sections:
-                passages.append(Passage(doc=s.doc, title=s.title, text=s.text, source=source, anchor=s.anchor))
+                targets = passage_targets(s.doc, s.title, s.text)
+                passages.append(Passage(doc=s.doc, title=s.title, text=s.text, source=source, anchor=s.anchor, targets=targets))
                 tokens.append(_index_tokens(s))
 
         key = None
@@ -207,7 +237,7 @@ class KnowledgeStore:
         self._write(passages, tokens, records, key)
         return reports
 
-    def _write(self, passages: list[Passage], tokens: list[list[str]], records: list[SourceRecord], key: str | None) -> None:
+    def _write(self, passages: list[Passage], tokens: list[tuple[list[str], list[str]]], records: list[SourceRecord], key: str | None) -> None:
         import bm25s
 
         index_id = f"index-{uuid.uuid4().hex[:12]}"
@@ -215,9 +245,13 @@ class KnowledgeStore:
         out.mkdir()
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs each build at DEBUG through its own handler
         if passages:
-            bm25 = bm25s.BM25()
-            bm25.index(tokens, show_progress=False)
-            bm25.save(str(out / "bm25"), show_progress=False)
+            for name, field in (("bm25", 0), ("bm25-code", 1), ("bm25-plain", 2)):
+                docs = [t[field] for t in tokens]
+                if field and not any(docs):
+                    continue
+                bm25 = bm25s.BM25(k1=BM25_K1, b=BM25_B)
+                bm25.index(docs, show_progress=False)
+                bm25.save(str(out / name), show_progress=False)
         with open(out / "passages.jsonl", "w", encoding="utf-8") as fh:
             for p in passages:
                 fh.write(p.model_dump_json(exclude={"score"}) + "\n")
@@ -257,34 +291,109 @@ class KnowledgeStore:
             lines = (out / "passages.jsonl").read_text(encoding="utf-8").splitlines()
             self._passages = [Passage.model_validate_json(line) for line in lines if line]
             self._bm25 = bm25s.BM25.load(str(out / "bm25"), show_progress=False) if self._passages else None
+            fields = {}
+            for name in ("bm25-code", "bm25-plain"):
+                d = out / name
+                fields[name] = bm25s.BM25.load(str(d), show_progress=False) if self._passages and d.exists() else None
+            self._bm25_code, self._bm25_plain = fields["bm25-code"], fields["bm25-plain"]
         except (OSError, ValueError) as err:
             raise KnowledgeError(f"the knowledge store index in {out} is unreadable: {err}", hint="run `mk kb rebuild`") from err
         self._loaded_index = self.manifest.index_dir
 
-    def search(self, query: str, k: int = 5) -> list[Passage]:
-        """The ``k`` best passages for ``query``, best first (only passages sharing a term)."""
+    def _field_scores(self, bm25, terms: list[str]) -> np.ndarray | None:
+        ids = sorted({bm25.vocab_dict[t] for t in terms if t in bm25.vocab_dict})
+        return np.asarray(bm25.get_scores(ids), dtype=np.float64) if ids else None
+
+    def _prior(self) -> np.ndarray:
+        if self._cache.get("prior_for") != (self._loaded_index, CHANGELOG_PRIOR):
+            self._cache["prior"] = np.array([CHANGELOG_PRIOR if _CHANGELOG.search(p.doc) else 1.0 for p in self._passages or []])
+            self._cache["prior_for"] = (self._loaded_index, CHANGELOG_PRIOR)
+        return self._cache["prior"]
+
+    def _tagged(self, platform: str) -> tuple[np.ndarray, np.ndarray]:
+        """(specific to ``platform``, specific to another platform) masks over the passages."""
+        key = ("tags", self._loaded_index, platform)
+        if key not in self._cache:
+            tags = [p.targets for p in self._passages or []]
+            self._cache[key] = (np.array([platform in t for t in tags], dtype=bool), np.array([bool(t) and platform not in t for t in tags], dtype=bool))
+        return self._cache[key]
+
+    def _fused(self, text: str) -> np.ndarray | None:
+        """Prose + CODE_WEIGHT x code, normalised to its best, + PLAIN_WEIGHT x the normalised plain field."""
+        terms = tokenize(text)
+        prose = self._field_scores(self._bm25, terms)
+        code = self._field_scores(self._bm25_code, terms) if self._bm25_code is not None else None
+        plain = self._field_scores(self._bm25_plain, plain_tokens(text)) if self._bm25_plain is not None and PLAIN_WEIGHT else None
+        parts = [x for x in (prose, None if code is None else CODE_WEIGHT * code) if x is not None]
+        if not parts and plain is None:
+            return None
+        scores = sum(parts) if parts else np.zeros(len(self._passages))
+        if plain is not None and plain.max() > 0:
+            top = scores.max()
+            scores = (scores / top if top > 0 else scores) + PLAIN_WEIGHT * plain / plain.max()
+        return scores
+
+    def search(self, query: str, k: int = 5, target: str | None = None) -> list[Passage]:
+        """The ``k`` best passages for ``query``, best first (only passages sharing a term).
+
+        ``query`` may be a question, API names, or a whole compiler error with
+        its traceback (paths, shapes and sizes are ignored). ``target``
+        (``"tpu"``, ``"gpu"`` or ``"cpu"``) is the platform the caller writes
+        for: passages specific to another platform (Triton notes for a TPU
+        kernel, VMEM rules for a GPU one) come only after every other match,
+        and passages about the target rank a little higher. Without a target,
+        a query that names one platform only gets the same small boost.
+        """
         if k < 1:
             raise KnowledgeError(f"k must be at least 1, got {k}")
+        target = check_target(target)
         self._ready()
         if self._bm25 is None or not self._passages:
             return []
-        ids = sorted({self._bm25.vocab_dict[t] for t in tokenize(query) if t in self._bm25.vocab_dict})
-        if not ids:
+        main, context = split_query(query)
+        if not main and not context:
+            main = query
+        scores = self._fused(main)
+        if context and CONTEXT_WEIGHT:
+            ctx = self._fused(context)
+            if scores is None:
+                scores = None if ctx is None else CONTEXT_WEIGHT * ctx
+            elif ctx is not None:
+                scores = scores + CONTEXT_WEIGHT * ctx
+        if scores is None:
             return []
-        scores = np.asarray(self._bm25.get_scores(ids))
-        top = np.argsort(-scores, kind="stable")[:k]
-        return [self._passages[i].model_copy(update={"score": float(scores[i])}) for i in top if scores[i] > 0]
+        if CHANGELOG_PRIOR != 1.0:
+            scores = scores * self._prior()
+        platform = target if target in ("tpu", "gpu") else query_platform(f"{main}\n{context}") if target is None else None
+        other = np.zeros(len(scores), dtype=bool)
+        if platform:
+            mine, not_mine = self._tagged(platform)
+            scores = np.where(mine, scores * (1.0 + TARGET_BOOST), scores)
+            if target == platform:
+                other = not_mine
+        order = np.argsort(-scores, kind="stable")
+        order = order[scores[order] > 0]
+        ranked = list(order[~other[order]][:k])
+        if len(ranked) < k:  # nothing else matches: passages for the other platform after all
+            ranked += list(order[other[order]][: k - len(ranked)])
+        return [self._passages[i].model_copy(update={"score": float(scores[i])}) for i in ranked]
 
-    def retrieve(self, query: str, k: int = 5, max_chars: int = 1200) -> str:
-        """The top passages formatted for a prompt (numbered, with their reference)."""
-        hits = self.search(query, k)
+    def retrieve(self, query: str, k: int = 5, max_chars: int = 1200, target: str | None = None) -> str:
+        """The top passages formatted for a prompt (numbered, with their reference).
+
+        At most ``PER_PAGE`` passages come from one page; a passage longer than
+        ``max_chars`` is cut at a line end (a cut code block is closed again).
+        """
+        hits, per_page = [], {}
+        for p in self.search(query, k * 4, target=target):
+            if per_page.get(p.doc, 0) < PER_PAGE:
+                per_page[p.doc] = per_page.get(p.doc, 0) + 1
+                hits.append(p)
+            if len(hits) == k:
+                break
         if not hits:
-            return f"(no passages in the knowledge store match {query!r})"
-        blocks = []
-        for n, p in enumerate(hits, 1):
-            text = p.text if len(p.text) <= max_chars else p.text[:max_chars].rstrip() + " …"
-            blocks.append(f"[{n}] {p.title} ({p.ref})\n{text}")
-        return "\n\n".join(blocks)
+            return f"(no passages in the knowledge store match {query[:200]!r})"
+        return "\n\n".join(f"[{n}] {p.title} ({p.ref})\n{clip(p.text, max_chars)}" for n, p in enumerate(hits, 1))
 
     def stats(self) -> KBStats:
         self._ready()
@@ -299,3 +408,15 @@ class KnowledgeStore:
             sources=per_source,
             built_at=self.manifest.built_at,
         )
+
+
+def clip(text: str, max_chars: int) -> str:
+    """``text`` cut to about ``max_chars`` at a line end; an open code fence is closed, the cut marked."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars]
+    if "\n" in cut[max_chars // 2 :]:
+        cut = cut[: cut.rindex("\n")]
+    cut = cut.rstrip()
+    fences = sum(1 for line in cut.split("\n") if line.startswith("```"))
+    return cut + ("\n    …\n```" if fences % 2 else " …")

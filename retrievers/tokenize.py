@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from bm25s.stopwords import STOPWORDS_EN
 
-TOKENIZER_VERSION = "1"
+TOKENIZER_VERSION = "2"
 
 _STOP = frozenset(STOPWORDS_EN) | frozenset(
     "how what which why where when do does did i me my we our you your can could should would "
@@ -38,6 +38,8 @@ _SUFFIXES: tuple[tuple[str, str, int], ...] = (
     ("ational", "ate", 3),
     ("ations", "ate", 3),
     ("ation", "ate", 3),
+    ("itions", "", 5),  # transposition -> transpos (as transpose), definition -> defin
+    ("ition", "", 5),
     ("nesses", "", 3),
     ("ness", "", 3),
     ("ments", "", 4),
@@ -113,3 +115,13 @@ def tokenize(text: str) -> list[str]:
                 continue
             tokens.append(stem(low))
     return tokens
+
+
+_PLAIN = re.compile(r"(?u)\b\w\w+\b")
+_PLAIN_STOP = frozenset(STOPWORDS_EN)
+
+
+def plain_tokens(text: str) -> list[str]:
+    """bm25s' own default tokenization (lower-cased words of 2+ characters, English stop words out):
+    the second, unstemmed view of a passage that search fuses with :func:`tokenize`'s."""
+    return [t for t in _PLAIN.findall(text.lower()) if t not in _PLAIN_STOP]

@@ -7,10 +7,12 @@ from typing import Callable
 from mk.retrievers.store import KnowledgeStore
 
 
-def make_search_tool(store: KnowledgeStore | None = None, *, k: int = 5, max_chars: int = 1200) -> Callable[..., str]:
+def make_search_tool(store: KnowledgeStore | None = None, *, k: int = 5, max_chars: int = 1200, target: str | None = None) -> Callable[..., str]:
     """A function a DSPy agent can call (wrap it in ``dspy.Tool`` or pass it to ``dspy.ReAct``).
 
     The returned function's name, signature and docstring are what the LM sees.
+    ``target`` ("tpu", "gpu", "cpu") is the platform the agent writes for; it is
+    fixed here by the caller, not left to the LM (see :meth:`KnowledgeStore.search`).
     """
     kb = store or KnowledgeStore.open()
 
@@ -27,11 +29,11 @@ def make_search_tool(store: KnowledgeStore | None = None, *, k: int = 5, max_cha
         Returns:
             The best matching passages, numbered, each with its title and document reference.
         """
-        return kb.retrieve(query, max(1, min(int(k), 10)), max_chars=max_chars)
+        return kb.retrieve(query, max(1, min(int(k), 10)), max_chars=max_chars, target=target)
 
     return search_kernel_docs
 
 
-def retrieve(query: str, k: int = 5, store: KnowledgeStore | None = None) -> str:
+def retrieve(query: str, k: int = 5, store: KnowledgeStore | None = None, target: str | None = None) -> str:
     """Passages for ``query`` formatted for a prompt (the pre-retrieval step of a sub-agent)."""
-    return (store or KnowledgeStore.open()).retrieve(query, k)
+    return (store or KnowledgeStore.open()).retrieve(query, k, target=target)
