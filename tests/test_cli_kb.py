@@ -26,7 +26,7 @@ def test_add_search_stats_rebuild(docs, tmp_path, capsys):
     kb = str(tmp_path / "kb")
     assert main(["kb", "--kb", kb, "--no-builtin", "add", str(docs), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["files"] == 2 and report["code_blocks_dropped"] == 1
+    assert report["files"] == 2 and report["code_blocks_dropped"] == 0  # kernel code blocks are kept
 
     assert main(["kb", "--kb", kb, "search", "VMEM", "accumulator", "--k", "1", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)

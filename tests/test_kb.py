@@ -1,4 +1,4 @@
-"""Knowledge store: parsing, ranking, persistence, rebuild on change, code exclusion, DSPy tool."""
+"""Knowledge store: parsing, ranking, persistence, rebuild on change, kernel code kept, DSPy tool."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def test_rst_and_notebook_sections():
     assert [s.title for s in secs] == ["Title", "Title > Part"]
     assert "Hello foo." in secs[0].text and "code()" in secs[1].text
     nb = json.dumps({"cells": [{"cell_type": "markdown", "source": "# NB\ntext"}, {"cell_type": "code", "source": "pl.pallas_call(k)"}]})
-    assert parse_notebook(nb, "n.ipynb")[0].code_blocks_dropped == 1
-    assert "pallas_call" in parse_notebook(nb, "n.ipynb", include_code=True)[0].text
+    sec = parse_notebook(nb, "n.ipynb")[0]
+    assert sec.code_blocks_dropped == 0 and "```python\npl.pallas_call(k)\n```" in sec.text  # kernel code is kept
 
 
 def test_kernel_code_detection():
@@ -74,16 +74,17 @@ def test_kernel_code_detection():
     assert not is_kernel_code("pltpu.CompilerParams(dimension_semantics=('parallel',))")
 
 
-def test_add_search_ranks_and_drops_kernel_code(docs, tmp_path):
+def test_add_search_ranks_and_keeps_kernel_code(docs, tmp_path):
     kb = KnowledgeStore.open(tmp_path / "kb", builtin=False)
     report = kb.add(docs)
-    assert report.files == 3 and report.code_blocks_dropped == 1 and not report.failed  # .py and hidden skipped
+    assert report.files == 3 and report.code_blocks_dropped == 0 and not report.failed  # .py and hidden skipped
     hits = kb.search("allocate a VMEM scratch buffer for an accumulator", k=3)
     assert isinstance(hits[0], Passage)
     assert (hits[0].doc, hits[0].anchor) == ("tpu/memory.md", "vmem-scratch-buffers")
     assert hits[0].title == "TPU memory > VMEM scratch buffers" and hits[0].source == str(docs.resolve())
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True) and hits[0].score > 0
-    assert "add_kernel" not in " ".join(p.text for p in kb.search("add_kernel o_ref", k=10))
+    code_hit = kb.search("add_kernel o_ref", k=1)[0]  # kernel code stays with its section's prose, indented
+    assert code_hit.anchor == "vmem-scratch-buffers" and "\n    o_ref[...] = x_ref[...] + y_ref[...]\n" in code_hit.text
     assert kb.search("num_warps", k=1)[0].doc == "gpu.rst"
     assert kb.search("profiler trace", k=1)[0].doc == "prof.ipynb"
     assert kb.search("zzzunknownword") == []
@@ -91,7 +92,7 @@ def test_add_search_ranks_and_drops_kernel_code(docs, tmp_path):
         kb.search("x", k=0)
 
 
-def test_include_code_keeps_kernels_and_python(docs, tmp_path):
+def test_include_code_adds_python_files(docs, tmp_path):
     kb = KnowledgeStore.open(tmp_path / "kb", builtin=False)
     report = kb.add(docs, include_code=True)
     assert report.files == 4 and report.code_blocks_dropped == 0
