@@ -52,6 +52,8 @@ class Context:
     feedback: str = ""
     run_id: str | None = None
     node_id: str | None = None  # the node of the attempt in flight, once its code exists
+    iteration: int = 0  # the attempt in flight (0 outside an Auto loop)
+    plan: "Plan | None" = None  # the attempt's plan (what a fixer must keep), once chosen
 
 
 class Author(Protocol):
@@ -237,8 +239,10 @@ class Auto:
 
     # --- phases --------------------------------------------------------------------
     def _ctx(self, traj: Trajectory) -> Context:
-        feedback = "\n".join(s.summary() for s in traj.snapshots[-4:])
-        return Context(traj.task, self.target, traj.snapshots, feedback, traj.run_id, traj.attempt.node_id or traj.parent)
+        # the previous round only: every earlier one is in ``history`` already (an author listing both saw it twice)
+        feedback = traj.snapshots[-1].summary() if traj.snapshots else ""
+        a = traj.attempt
+        return Context(traj.task, self.target, traj.snapshots, feedback, traj.run_id, a.node_id or traj.parent, a.iteration, a.plan)
 
     def _plan(self, traj: Trajectory) -> PhaseResult:
         a = traj.attempt
@@ -296,13 +300,17 @@ class Auto:
         if res.status == "correct":
             a.next_phase = "test"
             return PhaseResult("validate", res, True, "compiles and passes a first case")
-        if res.status == "compile_error" and a.fixes < self.max_fixes:
+        # a static-check rejection (try/except, a denied import, module state) is fixed like a compile error
+        static = res.step("static")
+        rule = res.status == "rejected" and static is not None and static.ok is False
+        if (res.status == "compile_error" or rule) and a.fixes < self.max_fixes:
             a.fixes += 1
             fixed = self.author.fix(self._ctx(traj), a.proposal, res.reason)
             if fixed is not None:
                 a.proposal = fixed
                 out = self.accept_code(traj, "validate")
-                return PhaseResult("validate", res, False, f"compile error, fix {a.fixes} proposed: {res.reason}") if out.ok else out
+                what = "static-check rejection" if rule else "compile error"
+                return PhaseResult("validate", res, False, f"{what}, fix {a.fixes} proposed: {res.reason}") if out.ok else out
         return self._fail(traj, "validate", res.status, res.reason, res)
 
     def _test(self, traj: Trajectory) -> PhaseResult:
@@ -333,7 +341,10 @@ class Auto:
 
     def _profile(self, traj: Trajectory) -> PhaseResult:
         a = traj.attempt
-        a.profile = profile(traj.task, a.tuned.result, self.target)
+        # the scale that was timed (the task's own), not the last scale of the suite (a synthesised or held-out one)
+        timing = a.tuned.result.timing if a.tuned.result is not None else None
+        scale = timing.scale if timing is not None and timing.scale else traj.task.default_scale
+        a.profile = profile(traj.task, a.tuned.result, self.target, scale=scale if scale in traj.task.scales else None)
         a.feedback = self.author.analyse(self._ctx(traj), a.profile)
         a.next_phase = "snapshot"
         return PhaseResult("profile", a.profile, True, a.profile.summary())

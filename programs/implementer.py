@@ -14,7 +14,8 @@ from mk.signatures import ImplementKernel, Plan
 class Implementer(dspy.Module):
     """``Implementer()(...).implementation`` is a validated :class:`Implementation`.
 
-    With ``task``, the entry point must take the task's positional inputs."""
+    With ``task``, the entry point must take the task's positional inputs; ``kernels`` is the best kernel so far
+    and the latest failing one, as text (see :meth:`mk.programs.lm_author.LMAuthor.kernels_text`)."""
 
     agent = "implementer"
 
@@ -26,7 +27,7 @@ class Implementer(dspy.Module):
         self.k = k
 
     def forward(self, task_analysis: Any, plan: Plan, hardware: Any, passages: str = "",
-                task: Any = None) -> dspy.Prediction:
+                task: Any = None, kernels: Any = "") -> dspy.Prediction:
         if not passages and self.retrieve is not None:
             passages = self.retrieve(f"{plan.approach} {plan.strategy} {plan.memory_placement} {plan.pipelining}", self.k)
         n = positional_count(task) if task is not None else None
@@ -37,5 +38,5 @@ class Implementer(dspy.Module):
         with agent_scope(self.agent):
             impl = run_validated(self.predict, validate, agent=self.agent, attempts=self.attempts,
                                  task_analysis=as_text(task_analysis), plan=plan, hardware=as_text(hardware),
-                                 passages=passages)
+                                 passages=passages, kernels=as_text(kernels))
         return dspy.Prediction(implementation=impl, code=impl.code, config_space=impl.config_space)

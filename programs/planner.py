@@ -14,7 +14,7 @@ Retrieve = Callable[[str, int], str]
 
 
 class Planner(dspy.Module):
-    """``Planner()(task_analysis=..., hardware=..., feedback=..., history=...).plan`` is a validated :class:`Plan`."""
+    """``Planner()(task_analysis=..., hardware=..., feedback=..., history=..., kernels=...).plan`` is a validated :class:`Plan`."""
 
     agent = "planner"
 
@@ -27,14 +27,14 @@ class Planner(dspy.Module):
         self.max_speedup = max_speedup
 
     def forward(self, task_analysis: Any, hardware: Any, passages: str = "", feedback: Any = "",
-                history: Any = "") -> dspy.Prediction:
+                history: Any = "", kernels: Any = "") -> dspy.Prediction:
         analysis = as_text(task_analysis)
         if not passages and self.retrieve is not None:
             passages = self.retrieve(f"{analysis[:500]}\n{as_text(feedback)[:300]}", self.k)
         with agent_scope(self.agent):
             plan = run_validated(self.predict, self.validate, agent=self.agent, attempts=self.attempts,
                                  task_analysis=analysis, hardware=as_text(hardware), passages=passages,
-                                 feedback=as_text(feedback), history=as_text(history))
+                                 feedback=as_text(feedback), history=as_text(history), kernels=as_text(kernels))
         return dspy.Prediction(plan=plan)
 
     def validate(self, prediction: dspy.Prediction) -> Plan:

@@ -319,8 +319,17 @@ class Search:
                     break
                 planner = planner or make_author(self.author)
                 origin = f"node {parent_key}" if parent_key else "the reference"
+                # the siblings' strategies (a plan's text) beside their names: a name alone tells the planner little;
+                # plans other branches took are named too (a plan taken twice is implemented as a fresh sample)
+                taken = [done[x.key].plan for x in group if x.key in done] + [
+                    f"{j.first_plan.name}: {j.first_plan.text}" if j.first_plan.text else j.first_plan.name
+                    for x, j in jobs if x.parent_key == parent_key]
+                mine = {n.key for n in lineage} | {x.key for x in group}
+                elsewhere = [n.plan for n in done.values() if n.key not in mine and n.plan] + [
+                    j.first_plan.name for x, j in jobs if x.parent_key != parent_key]
                 hint = (f"Search branch {s.branch + 1} of {s.siblings} from {origin}."
-                        + (f" Sibling branches already chose: {', '.join(chosen)}." if chosen else "")
+                        + (f" Sibling branches already chose: {'; '.join(taken)}." if taken else "")
+                        + (f" Other branches of this search took: {', '.join(dict.fromkeys(elsewhere))}." if elsewhere else "")
                         + " Choose a strategy different from the siblings' and the ancestors'.")
                 lineage_text = _lineage_text(lineage)
                 ctx = Context(task, cfg.target, [], "\n".join(p for p in (lineage_text and "What the ancestors tried:\n" + lineage_text, hint) if p))

@@ -26,14 +26,20 @@ class PlanOptimization(dspy.Signature):
 
     Read the task analysis (shapes, FLOPs, bytes, arithmetic intensity), the
     hardware spec and the handbook passages; learn from the measured feedback
-    and history (what was tried, verdicts, speedups, profiles) and do not repeat
-    a plan that failed. Propose one concrete step: a Pallas kernel or a pure-JAX
-    rewrite, with tiling that divides the shapes and fits on-chip memory."""
+    and history (what was tried, verdicts, speedups, profiles) and the kernels
+    shown (the best so far and the latest failure), and do not repeat a plan
+    that was already tried. Propose one concrete step: a Pallas kernel or a
+    pure-JAX rewrite, with tiling that divides the shapes and fits on-chip
+    memory (the scoped VMEM limit, not the physical VMEM)."""
 
     task_analysis: str = dspy.InputField(desc="the reference computation: source, shapes, dtypes, FLOPs, bytes, roofline")
     hardware: str = dspy.InputField(desc="the target: peak FLOP/s, HBM bandwidth, on-chip memory sizes, tiling rules")
     passages: str = dspy.InputField(desc="handbook passages retrieved for this task")
-    feedback: str = dspy.InputField(desc="measured feedback from the previous round (verdict, speedup, profile); empty on the first round")
-    history: str = dspy.InputField(desc="earlier plans and their measured outcomes, newest last; empty when none")
+    feedback: str = dspy.InputField(desc="the previous round's measured profile and its reading, and notes from a search "
+                                         "(what the ancestors and sibling branches tried); empty on the first round")
+    history: str = dspy.InputField(desc="one line per earlier iteration: the plan (named by its content), verdict, reason, "
+                                        "speedup; newest last; empty when none")
+    kernels: str = dspy.InputField(
+        desc="the best kernel so far (code, speedup) and the latest failing one (code, verdict, reason); empty when none")
     previous_error: str = dspy.InputField(desc="why your previous answer was rejected; fix that now. Empty on the first try")
     plan: Plan = dspy.OutputField(desc="the plan for the next step")

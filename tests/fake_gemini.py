@@ -6,6 +6,13 @@ script of replies, one per request, recording every request it got::
     with FakeGemini() as fake:
         fake.script(error(429, retry_delay=0.01), ok("hello", input_tokens=7, output_tokens=3))
         engine = GeminiEngine(api_key="test", base_url=fake.base_url)
+
+When the script is empty, a ``router`` (``fake.route(fn)``, ``fn(seen) -> Reply | None``)
+answers; :func:`fields` writes a DSPy ChatAdapter answer and :attr:`Seen.asked`
+names the output field a DSPy prompt asks for first, so a router can answer
+each sub-agent by what it asks::
+
+    fake.route(lambda seen: fields(plan=PLAN) if seen.asked == "plan" else None)
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 _PATH = re.compile(r"^/(v1beta|v1)/models/(?P<model>[^/:]+):generateContent$")
 _STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
@@ -46,6 +53,21 @@ class Seen:
     def generation_config(self) -> dict[str, Any]:
         return self.body.get("generationConfig", {})
 
+    @property
+    def system(self) -> str:
+        return "\n".join(p.get("text", "") for p in (self.body.get("systemInstruction") or {}).get("parts", []))
+
+    @property
+    def prompt(self) -> str:
+        """Everything the model was shown: the system instruction and the contents."""
+        return f"{self.system}\n{self.text}"
+
+    @property
+    def asked(self) -> str | None:
+        """The output field a DSPy ChatAdapter prompt asks for first (``plan``, ``code``, ``fixed_code`` ...)."""
+        found = re.findall(r"starting with the field `\[\[ ## (\w+) ## \]\]`", self.text)
+        return found[-1] if found else None
+
 
 def ok(text: str, *, input_tokens: int = 10, output_tokens: int = 5, thoughts: int = 0, thought_text: str | None = None,
        finish: str = "STOP", model_version: str = "gemini-fake-001") -> Reply:
@@ -68,6 +90,12 @@ def error(code: int, message: str = "scripted failure", *, retry_delay: float | 
     return Reply(code, json.dumps({"error": err}).encode(), headers)
 
 
+def fields(*, input_tokens: int = 10, output_tokens: int = 5, **values: Any) -> Reply:
+    """A DSPy ChatAdapter answer: ``[[ ## name ## ]]`` then the value (JSON for anything but a string) per field."""
+    parts = [f"[[ ## {k} ## ]]\n{v if isinstance(v, str) else json.dumps(v)}" for k, v in values.items()]
+    return ok("\n\n".join(parts + ["[[ ## completed ## ]]"]), input_tokens=input_tokens, output_tokens=output_tokens)
+
+
 def malformed() -> Reply:
     return Reply(200, b'{"candidates": [{"content": ')
 
@@ -83,6 +111,7 @@ class FakeGemini:
 
     replies: list[Reply] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
+    router: Callable[[Seen], Reply | None] | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -93,6 +122,11 @@ class FakeGemini:
     def script(self, *replies: Reply) -> "FakeGemini":
         with self._lock:
             self.replies.extend(replies)
+        return self
+
+    def route(self, router: Callable[[Seen], Reply | None]) -> "FakeGemini":
+        """Answer requests the script does not cover with ``router(seen)`` (None: the usual 500)."""
+        self.router = router
         return self
 
     @property
@@ -114,8 +148,13 @@ class FakeGemini:
                     self._send(Reply(404, json.dumps({"error": {"code": 404, "message": self.path}}).encode()))
                     return
                 with fake._lock:
-                    fake.seen.append(Seen(match["model"], self.headers.get("x-goog-api-key"), json.loads(raw or b"{}")))
-                    reply = fake.replies.pop(0) if fake.replies else error(500, "fake gemini: no scripted reply left")
+                    seen = Seen(match["model"], self.headers.get("x-goog-api-key"), json.loads(raw or b"{}"))
+                    fake.seen.append(seen)
+                    reply = fake.replies.pop(0) if fake.replies else None
+                    if reply is None and fake.router is not None:
+                        reply = fake.router(seen)
+                    if reply is None:
+                        reply = error(500, "fake gemini: no scripted reply left")
                 if reply.delay_s and fake._stop.wait(reply.delay_s):
                     return
                 self._send(reply)

@@ -25,7 +25,7 @@ from mk.harness import evaluate
 from mk.lm import Accountant, accounted
 from mk.loaders import load_task
 from mk.programs.auto import Auto, Context, Plan, Snapshot
-from mk.programs.lm_author import LMAuthor, hardware_brief, synthesize_cases, task_brief
+from mk.programs.lm_author import LMAuthor, hardware_brief, plan_name, synthesize_cases, task_brief
 from mk.store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -123,7 +123,7 @@ def test_auto_with_lm_author_end_to_end(tmp_path, task):
     kb = FakeKnowledge()
     with Store.open(tmp_path / "db.duckdb") as store:
         meter = BudgetMeter(Budget(max_lm_calls=20))
-        author = LMAuthor(accounted(lm, Accountant(store, budget=meter)), knowledge=kb)
+        author = LMAuthor(accounted(lm, Accountant(store, budget=meter)), knowledge=kb, synthesize_tests=False)
         auto = Auto(author, target="cpu", iterations=3, store=store, tune=False, budget=meter)
         traj = auto.start(task)
         author.bind_run(traj.run_id)
@@ -148,6 +148,7 @@ def test_a_call_budget_of_one_stops_the_run(tmp_path, task):
     lm = script()
     with Store.open(tmp_path / "db.duckdb") as store:
         author, _ = resolve_author(lm, store=store, budget=BudgetMeter(Budget(max_lm_calls=1)), knowledge=FakeKnowledge())
+        author.synthesize_tests = False  # the one call allowed is the planner's
         auto = Auto(author, target="cpu", iterations=3, store=store, tune=False, budget=author.meter)
         traj = auto.start(task)
         author.bind_run(traj.run_id)
@@ -168,7 +169,8 @@ def test_plan_sees_feedback_history_passages_and_hardware(task):
                     failed_phase="test", feedback="memory-bound: HBM at 40%")
     ctx = Context(task, "tpu", [snap], snap.summary())
     plan = author.plan(ctx)
-    assert plan.name == "lm-jax-1" and plan.data.approach == "jax" and "fused pass" in plan.text
+    assert plan.name == plan_name(plan.data) and plan.name.startswith("jax-compute-mean-squares-f32-")  # named by content
+    assert plan.data.approach == "jax" and "fused pass" in plan.text
     prompt = lm.history[-1]["messages"][-1]["content"]
     for expected in ("case 3 max abs error 0.5", "HBM at 40%", "Pallas handbook", "VMEM", "rmsnorm", "Roofline floor"):
         assert expected in prompt, expected
@@ -183,7 +185,10 @@ def test_seeds_come_first_and_analyst_stop_ends_planning(task):
     assert first is not None and author.implement(ctx, first).template != "lm" and lm.asked == []
     from mk.profile import ProfileReport
 
-    report = ProfileReport(task="rmsnorm", target="tpu", hardware="v6e", measured=False, reason="no TPU here")
+    unmeasured = ProfileReport(task="rmsnorm", target="tpu", hardware="v6e", measured=False, reason="no TPU here")
+    assert "analyst was not asked" in author.analyse(ctx, unmeasured) and lm.asked == []  # nothing timed: no call
+    report = ProfileReport(task="rmsnorm", target="tpu", hardware="v6e", measured=True, candidate_s=1e-3, reference_s=2e-3,
+                           speedup=2.0)
     assert "next: fuse the cast" in author.analyse(ctx, report) and not author.stop_reason
     assert "analyst: stop" in author.analyse(ctx, report) and author.stop_reason
     while (p := author.plan(ctx)) is not None:  # remaining seeds only; no LM plan after the stop
@@ -274,25 +279,25 @@ def cached_script(**overrides):
     return lm
 
 
-def test_without_rollouts_a_repeat_is_a_cache_hit_with_them_each_sample_calls_the_lm(task, memory_cache):
+def test_a_repeated_plan_draws_a_fresh_sample_and_a_rerun_replays_from_the_cache(task, memory_cache):
     lm = cached_script(code=[{"code": KERNEL, "config_space": {}}, {"code": KERNEL_B, "config_space": {}},
-                      {"code": KERNEL_C, "config_space": {}}])
+                      {"code": KERNEL_C, "config_space": {}}, {"code": KERNEL, "config_space": {}}])
     meter = BudgetMeter(Budget(max_lm_calls=10))
     author = LMAuthor(accounted(lm, Accountant(None, budget=meter)), seeds=False, synthesize_tests=False)
     ctx, plan = Context(task, "cpu", [], ""), Plan("hand", "fuse the scale into the reduction pass", None)
     first = author.implement(ctx, plan)
-    again = author.implement(ctx, plan)
-    assert lm.asked == ["code"] and again.source == first.source  # the cache answered: not a new sample
+    again = author.implement(ctx, plan)  # the same plan again: meant as another sample, not DSPy's cached answer
+    assert lm.asked == ["code", "code"] and again.source.strip() == KERNEL_B.strip() != first.source.strip()
+    rerun = author.fork()  # a rerun (a fresh author) replays the first answer from the cache: no call
+    assert rerun.implement(ctx, plan).source == first.source and len(lm.asked) == 2
     sources = [first.source]
     for k in (1, 2):
-        author.rollout = k
-        sources.append(author.implement(ctx, plan).source)
-    assert lm.asked == ["code"] * 3 and [s.strip() for s in sources] == [KERNEL.strip(), KERNEL_B.strip(), KERNEL_C.strip()]
-    author.rollout = 1
-    assert author.implement(ctx, plan).source == sources[1] and len(lm.asked) == 3  # a rollout replays from the cache
-    assert meter.usage().lm_calls == 3  # hits are free; every draw was metered by the shared accountant
-    assert "rollout_id" not in lm.kwargs and author.draw_lm() is not author.lm
-    assert author.draw_lm().kwargs["temperature"] == 1.0  # a rollout needs temperature > 0 to change the answer
+        sources.append(author.fork(rollout=k).implement(ctx, plan).source)
+    assert len(lm.asked) == 4 and len({s.strip() for s in sources}) >= 2
+    assert author.fork(rollout=1).implement(ctx, plan).source == sources[1] and len(lm.asked) == 4  # replayed
+    assert meter.usage().lm_calls == 4  # hits are free; every draw was metered by the shared accountant
+    assert "rollout_id" not in lm.kwargs and author.fork(rollout=1).draw_lm() is not author.lm
+    assert author.fork(rollout=1).draw_lm().kwargs["temperature"] == 1.0  # a rollout needs temperature > 0
 
 
 def test_forked_samples_and_repeated_planner_inputs_draw_fresh_plans(task, memory_cache):
