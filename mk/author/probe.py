@@ -506,6 +506,25 @@ def _lit(c: float | int, integer: bool) -> str:
 _POWERS = (1.0, -1.0, 0.5, -0.5, 2.0, -2.0)
 
 
+def _factor(x: float, p: float | tuple[str, int]) -> float:
+    """``x ** p``, or ``x + b`` for a shift ``p = ("shift", b)``."""
+    return x + p[1] if isinstance(p, tuple) else x ** p
+
+
+def _shift(probes: Probes, var: Var, ks: list[int], vals: list[float], tol: float) -> tuple[str, int] | None:
+    """``("shift", b)`` when the values are proportional to ``x + b`` (b a small integer) at ``var``'s probes."""
+    x0, y0 = float(var.value), vals[0]
+    r = vals[ks[0]] / y0
+    if not ks or _close(r, 1.0):
+        return None
+    b = round((float(probes.probes[ks[0] - 1].value) - r * x0) / (r - 1))
+    if b == 0 or abs(b) > 64 or x0 + b <= 0:
+        return None
+    if all(_close(vals[k] / y0, (float(probes.probes[k - 1].value) + b) / (x0 + b), 3 * tol) for k in ks):
+        return ("shift", b)
+    return None
+
+
 def _fit_monomial(probes: Probes, deps: list[tuple[Var, list[int]]], vals: list[float], integer: bool,
                   tol: float) -> str | None:
     """``c * prod(x ** p)`` over the variables the values depend on."""
@@ -521,13 +540,24 @@ def _fit_monomial(probes: Probes, deps: list[tuple[Var, list[int]]], vals: list[
                 p_found = p
                 break
         if p_found is None:
-            return None
+            p_found = _shift(probes, var, ks, vals, tol)  # a factor (x + b): a mean over a convolution's output
+            if p_found is None:
+                return None
         powers.append((var, p_found))
-    c = _nice(y0 / math.prod(float(v.value) ** p for v, p in powers), 2 * tol)
+    c = _nice(y0 / math.prod(_factor(float(v.value), p) for v, p in powers), 2 * tol)
     for k in range(len(vals)):
         env = probes.env(k)
-        if not _close(c * math.prod(float(env[v.name]) ** p for v, p in powers), vals[k], tol):
+        if not _close(c * math.prod(_factor(float(env[v.name]), p) for v, p in powers), vals[k], tol):
             return None
+    if any(isinstance(p, tuple) for _, p in powers):
+        if integer:
+            return None
+        factors = [v.name if p == 1 else f"{v.name} ** {_lit(p, False)}" if not isinstance(p, tuple)
+                   else _affine(v.name, 1, p[1], True) for v, p in powers if isinstance(p, tuple) or p > 0]
+        den = [v.name if p == -1 else f"{v.name} ** {_lit(-p, False)}" for v, p in powers
+               if not isinstance(p, tuple) and p < 0]
+        top = " * ".join(([_lit(c, False)] if c != 1 else []) + factors) or "1.0"
+        return f"({top} / {den[0] if len(den) == 1 else '(' + ' * '.join(den) + ')'})" if den else f"({top})"
     num = [v.name if p == 1 else f"{v.name} ** {_lit(p, False)}" for v, p in powers if p > 0]
     den = [v.name if p == -1 else f"{v.name} ** {_lit(-p, False)}" for v, p in powers if p < 0]
     if integer:

@@ -1,0 +1,242 @@
+"""Convolution recogniser: one ``conv_general_dilated`` and the work after it, bound to :mod:`mk.kernels.conv`.
+
+Applies when the reference is a single stride-1, undilated, ungrouped
+convolution (1-3 spatial axes, any padding, operands reaching it through
+transposes and casts from two inputs) followed by per-sample work on its
+output: bias, activations, norms whose statistics stay inside one sample
+(InstanceNorm, GroupNorm, LayerNorm), pooling over the sample, reductions over
+channels. That work is the *epilogue*: emitted from the jaxpr by
+:mod:`mk.author.emit` and run on each finished tile, so the convolution's output
+never goes to HBM. The kernel itself is not generated: the written file carries
+``mk/kernels/conv/{tpu,gpu}.py`` verbatim and calls it. Statistics across
+samples (training-mode BatchNorm) are declined: they need a second pass.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr
+from mk.author.probe import arg_names, probes_for, signature
+from mk.author.proposal import Proposal
+from mk.author.trace import Traced
+from mk.kernels.conv import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
+from mk.task import Task, np_dtype
+
+#: the chip whose facts the written kernel's default tiling reads (mk.hardware.DEFAULT_SPECS)
+CHIPS = {"tpu": "v6e", "gpu": "h200"}
+
+
+@dataclass(frozen=True)
+class Operand:
+    index: int  # the task input feeding it
+    casts: tuple[str, ...]  # dtype names applied in order
+    axes: tuple[int, ...]  # operand axis i is axis axes[i] of the input
+
+
+def _trace_back(var: Any, producers: dict[Any, Any], invars: list[Any], used: set[int]) -> Operand:
+    casts: list[str] = []
+    axes = list(range(len(var.aval.shape)))
+    while var not in invars:
+        eqn = producers.get(var)
+        if eqn is None:
+            raise Unsupported("a convolution operand is not an input")
+        used.add(id(eqn))
+        if eqn.primitive.name == "convert_element_type":
+            casts.append(str(eqn.params["new_dtype"]))
+        elif eqn.primitive.name == "transpose":
+            perm = tuple(eqn.params["permutation"])
+            axes = [perm[a] for a in axes]
+        else:
+            raise Unsupported(f"a convolution operand is computed by {eqn.primitive.name!r} before the convolution")
+        var = eqn.invars[0]
+    return Operand(invars.index(var), tuple(reversed(casts)), tuple(axes))
+
+
+def _conv_eqn(jaxpr: Any) -> Any:
+    convs = [e for e in jaxpr.eqns if e.primitive.name == "conv_general_dilated"]
+    if len(convs) != 1:
+        raise Unsupported(f"the conv template needs exactly one top-level convolution, found {len(convs)}")
+    if any(e.primitive.name == "dot_general" for e in jaxpr.eqns):
+        raise Unsupported("a matrix product beside the convolution")
+    conv = convs[0]
+    p = conv.params
+    s = len(p["window_strides"])
+    if not 1 <= s <= 3:
+        raise Unsupported(f"a convolution with {s} spatial axes (1-3 are supported)")
+    if any(v != 1 for v in (*p["window_strides"], *p["lhs_dilation"], *p["rhs_dilation"])):
+        raise Unsupported("a strided or dilated convolution (transposed convolutions included)")
+    if p["feature_group_count"] != 1 or p["batch_group_count"] != 1:
+        raise Unsupported("a grouped or depthwise convolution")
+    if any(lo < 0 or hi < 0 for lo, hi in p["padding"]):
+        raise Unsupported("negative padding")
+    dn = p["dimension_numbers"]
+    if tuple(dn.out_spec) != (0, s + 1, *range(1, s + 1)):
+        raise Unsupported("the convolution's output is not channels-last (N, *spatial, C)")
+    return conv
+
+
+def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
+    t0 = traced[0]
+    jaxpr = t0.jaxpr.jaxpr
+    if jaxpr.constvars:
+        raise Unsupported("the reference closes over array constants")
+    conv = _conv_eqn(jaxpr)
+    s = len(conv.params["window_strides"])
+    dn = conv.params["dimension_numbers"]
+    producers = {o: e for e in jaxpr.eqns for o in e.outvars}
+    used: set[int] = {id(conv)}
+    invars = list(jaxpr.invars)
+    lhs = _trace_back(conv.invars[0], producers, invars, used)
+    rhs = _trace_back(conv.invars[1], producers, invars, used)
+    if lhs.index == rhs.index:
+        raise Unsupported("one input is both the image and the window")
+    x_perm = tuple(lhs.axes[a] for a in (dn.lhs_spec[0], *dn.lhs_spec[2:], dn.lhs_spec[1]))
+    w_perm = tuple(rhs.axes[a] for a in (*dn.rhs_spec[2:], dn.rhs_spec[1], dn.rhs_spec[0]))
+    if len(jaxpr.outvars) != 1:
+        raise Unsupported("the conv template writes one output")
+    probes = probes_for(task, traced)
+    names = arg_names(task)
+    defined = _defined(target)
+    if set(names) & defined:
+        raise Unsupported(f"an input is named like a function of the kernel module: {sorted(set(names) & defined)}")
+    params = [i for i in range(len(invars)) if i not in (lhs.index, rhs.index)]
+    for i in params:
+        if not invars[i].aval.shape:
+            raise Unsupported(f"input {names[i]!r} is a scalar array (the kernel passes arrays as VMEM blocks)")
+    epilogue = [e for e in jaxpr.eqns if id(e) not in used]
+    gpu = target == "gpu"
+    em = Emitter(1, probes, mask=gpu, taken=set(names) | {v.name for v in probes.vars} | defined | {"acc", "tile"})
+    em.bind(conv.outvars[0], "acc", True)
+    for i in params:
+        em.bind(invars[i], names[i], False)
+    em.emit(epilogue)
+    body = em.result(jaxpr.outvars)
+    peers = probes.peers(conv)
+    batch = _size(probes, [e.outvars[0].aval.shape[0] for e in peers])
+    cout = _size(probes, [e.outvars[0].aval.shape[-1] for e in peers])
+    out_lead = _size(probes, [t.jaxpr.jaxpr.outvars[0].aval.shape[0] for t in probes.traces])
+    if not jaxpr.outvars[0].aval.shape or out_lead != batch:
+        raise Unsupported("the output's leading axis is not the batch (the work after the convolution mixes samples)")
+    channel_axes = []
+    for i in params:
+        sizes = [_size(probes, [t.shapes[i][k] for t in probes.traces]) for k in range(len(invars[i].aval.shape))]
+        channel_axes.append(tuple(k for k, z in enumerate(sizes) if z == cout))
+        if gpu and any(z not in ("1", cout) for z in sizes):
+            raise Unsupported(f"input {names[i]!r} has an axis that is neither 1 nor the output channels (Triton "
+                              "pads only the channel axis of an epilogue input)")
+    conv_shapes = Shapes.of(tuple(conv.invars[0].aval.shape), tuple(conv.invars[1].aval.shape),
+                            np_dtype(task.args[lhs.index].dtype).itemsize, fused_epilogue=True)
+    tuning = space(target, conv_shapes)
+    cfg = default(CHIPS[target], conv_shapes).kwargs(target)
+    config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
+    src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, conv, lhs, rhs, x_perm,
+                  w_perm, params, channel_axes, tuning, config,
+                  dtype_expr(jaxpr.outvars[0].aval.dtype))
+    prims = sorted(p for p in body.primitives if not p.startswith("_"))
+    return Proposal(
+        name=f"conv-epilogue-{target}",
+        source=src,
+        rationale=f"{s}-D convolution as an implicit GEMM (window {tuple(conv.invars[1].aval.shape[:s])}, "
+        f"{conv.invars[0].aval.shape[-1]} -> {conv.outvars[0].aval.shape[-1]} channels) with the epilogue fused "
+        f"per sample ({', '.join(prims) or 'none'}); the convolution's output never goes back to HBM",
+        template="conv",
+    )
+
+
+def _size(probes: Any, values: list[int]) -> str:
+    try:
+        return probes.dim(values)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from exc
+
+
+def _module_body(module: Any) -> str:
+    """The kernel module's code after its docstring and imports (the written file has its own imports)."""
+    lines = inspect.getsource(module).splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith(("import ", "from ")))
+    return "\n".join(lines[last + 1:]).strip("\n")
+
+
+def _defined(target: str) -> set[str]:
+    src = _module_body(tpu_kernel if target == "tpu" else gpu_kernel)
+    return set(re.findall(r"^def ([A-Za-z_][A-Za-z0-9_]*)", src, re.M)) | {"itertools", "math"}
+
+
+def _render(task: Task, names: list[str], used: list, body: Any, target: str, conv: Any, lhs: Operand, rhs: Operand,
+            x_perm: tuple[int, ...], w_perm: tuple[int, ...], params: list[int], channel_axes: list[tuple[int, ...]],
+            tuning: dict[str, list[Any]], config: dict[str, Any], out_dtype: str) -> str:
+    gpu = target == "gpu"
+    module = gpu_kernel if gpu else tpu_kernel
+    prec = conv.params.get("precision")
+    prec_expr = "None"
+    if prec is not None and any(p is not None for p in (prec if isinstance(prec, tuple) else (prec,))):
+        first = prec[0] if isinstance(prec, tuple) else prec
+        prec_expr = f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
+    pnames = [names[i] for i in params]
+    kwargs = ", ".join(v.name for v in used)
+    bind = ", ".join(f"{v.name}={v.source}" for v in used)
+    acc_dtype = np.dtype(conv.outvars[0].aval.dtype)
+    x_name, w_name = names[lhs.index], names[rhs.index]
+    pads = tuple(tuple(int(v) for v in p) for p in conv.params["padding"])
+    x_expr = x_name if x_perm == tuple(range(len(x_perm))) else f"jnp.transpose({x_name}, {x_perm})"
+    x_expr += "".join(f".astype(jnp.{c})" for c in lhs.casts)
+    x_lines = [] if x_expr == "x" else [f"    x = {x_expr}  # channels last: (N, *spatial, Cin)"]
+    if any(lo or hi for lo, hi in pads):
+        x_lines.append(f"    x = jnp.pad(x, ((0, 0), {', '.join(repr(p) for p in pads)}, (0, 0)))  # the padding")
+    w_expr = w_name if w_perm == tuple(range(len(w_perm))) else f"jnp.transpose({w_name}, {w_perm})"
+    w_expr += "".join(f".astype(jnp.{c})" for c in rhs.casts)
+    w_lines = [] if w_expr == "w" else [f"    w = {w_expr}  # (*window, Cin, Cout)"]
+    cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
+    cfg_call = ", ".join(f"{k}={k}" for k in config)
+    text = (f"out = epilogue(conv({x_name}, {w_name}){''.join(', ' + n for n in pnames)}), a stride-1 convolution as "
+            "an implicit GEMM with the reference's own work after it fused per sample. The kernel is "
+            f"mk/kernels/conv/{target}.py, copied below unchanged; only _epilogue is generated from the reference. "
+            "Sizes and static values are read from the arguments at trace time"
+            + ("; Triton blocks are powers of two, so the tile is zero-padded and every reduction in the epilogue "
+               "masks the padding out." if gpu else "."))
+    lines = [
+        f'"""mk offline author: convolution with fused epilogue for {task.name} (target {target}).', "",
+        *textwrap.wrap(text, 110), '"""',
+        "import functools",
+        "import itertools",
+        "import math",
+        "",
+        "import jax",
+        "import jax.numpy as jnp",
+        "from jax import lax",
+        "from jax.experimental import pallas as pl",
+        "from jax.experimental.pallas import triton as pltriton" if gpu else "from jax.experimental.pallas import tpu as pltpu",
+        "",
+        f"CONFIG_SPACE = {tuning!r}",
+        "",
+        f"# --- mk/kernels/conv/{target}.py " + "-" * 70,
+        _module_body(module),
+        "# " + "-" * 100,
+        "",
+        "",
+        *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
+        f"def _epilogue(tile{''.join(', ' + n for n in pnames)}{', *, ' + kwargs if kwargs else ''}):",
+        '    """The reference after its convolution, on one sample\'s tile (1, *spatial, channels)."""',
+        f"    acc = tile.astype({dtype_expr(acc_dtype)})" if acc_dtype != np.float32 else "    acc = tile",
+        *[f"    {l}" for l in body.lines],
+        f"    return {body.outputs[0]}",
+        "",
+        "",
+        f"def kernel({signature(task, cfg_sig)}):",
+        *([f"    epilogue = functools.partial(_epilogue, {bind})"] if bind else ["    epilogue = _epilogue"]),
+        *x_lines,
+        *w_lines,
+        f"    return {'conv_gpu' if gpu else 'conv_tpu'}(x, w{''.join(', ' + n for n in pnames)}, epilogue=epilogue, "
+        + (f"channel_axes={channel_axes!r}, " if gpu else "")
+        + f"out_dtype={out_dtype}, precision={prec_expr}, {cfg_call})",
+        "",
+    ]
+    return "\n".join(lines)
+

@@ -1,0 +1,73 @@
+"""The offline author's conv recogniser: it binds the task's epilogue to mk.kernels.conv, writes a standalone file
+(the kernel module copied in, the static check passed, no mk import), and the file is right at sizes it never saw."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from mk.author import OfflineAuthor, conv
+from mk.author.emit import Unsupported
+from mk.author.trace import trace_scales
+from mk.harness.static import check_source
+from mk.loaders import load_task
+from mk.targets import get_target
+
+
+def _ci(name):
+    task = load_task(f"jaxbench:{name}")
+    return task.with_scales({"ci": task.scale("ci")})
+
+
+def _propose(name, target):
+    task = _ci(name)
+    return task, conv.propose(task, trace_scales(task), target)
+
+
+def _at(task, **dims):
+    """The task at a size the author never traced: its ci dims with some moved."""
+    ci = task.scale("ci")
+    return task.with_scales({"ci": dataclasses.replace(ci, dims={**ci.dims, **dims})})
+
+
+def _judge_here(task, source, target):
+    ns = {}
+    exec(compile(source, "candidate", "exec"), ns)
+    xs = task.make_inputs("ci", 1, "normal")
+    want = np.asarray(task.bind(task.reference, "ci")(*xs), np.float32)
+    with get_target(target).execution():
+        got = np.asarray(jax.jit(task.bind(lambda *a: ns["kernel"](*a), "ci"))(*xs), np.float32)
+    atol, rtol = task.tolerance.for_output(0)
+    np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("name,target,dims", [
+    ("22k_Conv2d_InstanceNorm_Divide", "tpu", {"H": 7, "W": 12, "Cout": 16}),   # a mean over (H-2)*(W-2) pixels
+    ("39k_Conv2d_GELU_GlobalAvgPool", "gpu", {"H": 13, "W": 6, "Cout": 24}),   # padded tile, masked pooling
+])
+def test_written_kernel_is_standalone_and_general(name, target, dims):
+    task, prop = _propose(name, target)
+    assert prop.template == "conv" and prop.name == f"conv-epilogue-{target}"
+    assert "import mk" not in prop.source and "from mk" not in prop.source
+    assert f"def conv_{target}(" in prop.source and "(H - 2) * (W - 2)" in prop.source  # no baked pixel count
+    assert check_source(prop.source, target=target, require_pallas=True).ok
+    _judge_here(_at(task, **dims), prop.source, target)
+
+
+def test_group_norm_epilogue_on_tpu_and_declines_with_reasons():
+    task, prop = _propose("46k_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp", "tpu")
+    assert "reshape" in prop.rationale and "CONFIG_SPACE = {'unroll'" in prop.source
+    with pytest.raises(Unsupported, match="reduction runs across rows"):  # training-mode BatchNorm mixes samples
+        _propose("34k_Conv2d_Activation_BatchNorm", "tpu")
+    with pytest.raises(Unsupported, match="reshape"):  # GroupNorm on a padded Triton tile
+        _propose("46k_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp", "gpu")
+    with pytest.raises(Unsupported, match="operand is computed by"):  # a transposed conv: a dilated input
+        _propose("28k_ConvTranspose3d_LayerNorm_GELU_Scaling", "tpu")
+
+
+def test_offline_author_offers_the_conv_template():
+    task = _ci("18k_Conv2D_ReLU_BiasAdd")
+    out = OfflineAuthor().propose(task, "gpu")
+    assert [p.template for p in out.proposals] == ["conv"] and "conv" not in out.declined
+    assert "convolution" in OfflineAuthor().propose(_ci("8p_GEMM"), "tpu").declined["conv"]
