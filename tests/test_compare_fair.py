@@ -50,3 +50,80 @@ def test_chunked_comparison_matches_on_large_arrays():
     got = compare_one(ref, cand, 1e-5, 1e-5)
     assert not got.ok and got.reason.startswith("1 of 9000001 values outside") and abs(got.max_abs - 1.0) < 1e-6
     assert compare_one(ref, ref.copy(), 1e-5, 1e-5).ok
+
+
+# --- the float32 rule: a float32 reference against itself in float64 -------------------------------------------------
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from mk.harness.compare import F32_MAX_FACTOR, compare_fair_f64  # noqa: E402
+from mk.task import ArgSpec, Scale, Task  # noqa: E402
+
+K = 2048
+
+
+def _matmul_case(seed: int = 2):
+    """A float32 matmul on the suite's activation-outlier inputs: the XLA reference (HIGHEST), the float64 result,
+    and the operands (a tiled f32 accumulation misses a 1e-3 tolerance here purely from summation order)."""
+    task = Task("mm", lambda x, w: jnp.dot(x, w, precision="highest"),
+                (ArgSpec("x", (64, K), "float32"), ArgSpec("w", (K, 128), "float32")), {"ci": Scale("ci")})
+    x, w = (np.asarray(a) for a in task.make_inputs("ci", seed, "large_magnitude"))
+    reference = np.asarray(jax.jit(lambda a, b: jnp.dot(a, b, precision="highest"))(x, w))
+    return x, w, reference, x.astype(np.float64) @ w.astype(np.float64)
+
+
+def _tiled(x, w, block=128):
+    acc = np.zeros((x.shape[0], w.shape[1]), np.float32)
+    for k in range(0, x.shape[1], block):
+        acc = acc + (x[:, k:k + block] @ w[k:k + block]).astype(np.float32)
+    return acc
+
+
+def _sequential(x, w):
+    acc = np.zeros((x.shape[0], w.shape[1]), np.float32)
+    for k in range(x.shape[1]):
+        acc = acc + x[:, k:k + 1] * w[k:k + 1]
+    return acc
+
+
+TOL = Tolerance(1e-3, 1e-3)
+
+
+def test_a_reordered_summation_passes_by_the_float32_rule():
+    x, w, reference, truth = _matmul_case()
+    for candidate in (_tiled(x, w), _sequential(x, w)):
+        assert not compare_outputs([reference], [candidate], TOL).ok  # the tolerance alone refuses it
+        got = compare_fair_f64([reference], [truth], [candidate], TOL)
+        assert got.ok and "float32 rule" in got.reason, got.reason
+
+
+def test_subtly_wrong_float32_kernels_still_fail_the_float32_rule():
+    x, w, reference, truth = _matmul_case()
+    bf = np.dtype(ml_dtypes.bfloat16)
+    wrong = {
+        "bf16 operands (one MXU pass)": x.astype(bf).astype(np.float32) @ w.astype(bf).astype(np.float32),
+        "one K term dropped": _tiled(x[:, :-1], w[:-1]),
+        "relative bias 1e-5": (truth * (1 + 1e-5)).astype(np.float32),
+        "one value off by 20x the reference's own worst error": None,
+    }
+    own = float(np.abs(reference.astype(np.float64) - truth).max())
+    off = _tiled(x, w)
+    off[3, 5] += 20 * own
+    wrong["one value off by 20x the reference's own worst error"] = off
+    for name, candidate in wrong.items():
+        candidate = np.asarray(candidate, np.float32)
+        assert not compare_outputs([reference], [candidate], TOL).ok, name
+        got = compare_fair_f64([reference], [truth], [candidate], TOL)
+        assert not got.ok and "exceeds" in got.reason and "float64" in got.reason, (name, got.reason)
+
+
+def test_the_float32_rule_keeps_the_other_checks():
+    x, w, reference, truth = _matmul_case()
+    candidate = _tiled(x, w)
+    nan = candidate.copy()
+    nan[0, 0] = np.nan
+    assert not compare_fair_f64([reference], [truth], [nan], TOL).ok  # NaN where the reference is finite
+    assert not compare_fair_f64([reference], [truth.astype(np.float32)], [candidate], TOL).ok  # a yardstick not in f64
+    bf = np.dtype(ml_dtypes.bfloat16)
+    assert not compare_fair_f64([reference.astype(bf)], [truth], [candidate.astype(bf)], TOL).ok  # bf16: the other rule
+    assert F32_MAX_FACTOR >= 4  # honest reorderings measured up to 3.6x (see mk.harness.compare)

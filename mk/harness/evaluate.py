@@ -31,7 +31,7 @@ import numpy as np
 from mk.candidate import Candidate, load_candidate
 from mk.errors import CandidateError, ConfigError, MkError, TaskError
 from mk.harness.arrays import encode_static, load_arrays, save_arrays
-from mk.harness.compare import compare_fair, compare_outputs, low_precision
+from mk.harness.compare import Comparison, compare_fair, compare_fair_f64, compare_outputs, low_precision
 from mk.harness.envelope import OUTSIDE
 from mk.harness.heldout import FRESH, fresh_sizes
 from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limit_mb
@@ -533,13 +533,7 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     except (OSError, ValueError) as exc:
         raise _Verdict("crashed", f"{what}: outputs unreadable ({exc})") from None
     shutil.rmtree(folder, ignore_errors=True)
-    cmp = compare_outputs(expected, got, run.task.tolerance)
-    if not cmp.ok and any(low_precision(e.dtype) for e in expected):
-        f32 = _refs(run).compute_f32(case.scale, inputs)
-        if f32 is not None:
-            cmp = compare_fair(expected, f32, got, run.task.tolerance)
-            if cmp.ok:
-                run.flags.append(f"{what}: {cmp.reason}")
+    cmp = _compare(run, case.scale, inputs, expected, got, what)
     if record:
         run.seconds[f"case_{i}"] = float(reply.get("seconds") or 0.0)
         run.cases.append(CaseResult(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution, ok=cmp.ok,
@@ -547,6 +541,26 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     if not cmp.ok:
         raise _Verdict("incorrect", f"{what}: {cmp.reason}")
     run.failed_case = ""
+
+
+def _compare(run: _Run, scale: str, inputs: list[np.ndarray], expected: list[np.ndarray], got: list[np.ndarray],
+             what: str) -> Comparison:
+    """The task's tolerance; where it refuses, the fair rules (a bfloat16/float16 reference against itself in float32,
+    a float32 reference against itself in float64), each stated in the verdict's flags when it passes a case."""
+    cmp = compare_outputs(expected, got, run.task.tolerance)
+    if cmp.ok or len(got) != len(expected):
+        return cmp
+    if any(low_precision(e.dtype) for e in expected):
+        f32 = _refs(run).compute_f32(scale, inputs)
+        if f32 is not None:
+            cmp = compare_fair(expected, f32, got, run.task.tolerance)
+    elif any(e.dtype == np.float32 for e in expected):
+        f64 = _refs(run).compute_f64(scale, inputs)
+        if f64 is not None:
+            cmp = compare_fair_f64(expected, f64, got, run.task.tolerance)
+    if cmp.ok:
+        run.flags.append(f"{what}: {cmp.reason}")
+    return cmp
 
 
 #: JAX's interpreters (TPU interpreter, Pallas state discharge): an AttributeError or NotImplementedError raised
@@ -596,7 +610,7 @@ def _time_and_cost(run: _Run) -> tuple[TimingResult, CostResult | None]:
     refs = _refs(run)
     for k, (name, inputs) in enumerate(sets):
         got = load_arrays(run.runner.workdir / dirs[k], "out")
-        cmp = compare_outputs(refs.compute(run.timed, inputs), got, run.task.tolerance)
+        cmp = _compare(run, run.timed, inputs, refs.compute(run.timed, inputs), got, f"timed run on input set {k}")
         if not cmp.ok:
             raise _Verdict("incorrect", f"timed run on input set {k} ({name}): {cmp.reason}")
     timing = summarize(np.asarray(reply["candidate"]), np.asarray(reply["reference"]), scale=run.timed, input_sets=len(sets))

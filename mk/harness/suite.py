@@ -251,6 +251,20 @@ class ReferenceCache:
             log.info("the reference of %s does not run in float32: %s", self.task.name, exc)
             return None
 
+    def compute_f64(self, scale: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+        """The reference with its float32 inputs in float64, run with JAX's 64-bit mode on (None when it does not
+        run that way): the yardstick of the float32 rule (:func:`mk.harness.compare.compare_fair_f64`)."""
+        import jax
+
+        up = [np.asarray(x, np.float64) if x.dtype == np.float32 else x for x in inputs]
+        try:
+            with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]), jax.default_matmul_precision("highest"):
+                out = jax.jit(self.task.bind(self.task.reference, scale))(*up)
+                return [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.block_until_ready(out))]
+        except Exception as exc:  # noqa: BLE001 - the rule is optional; the tolerance still applies
+            log.info("the reference of %s does not run in float64: %s", self.task.name, exc)
+            return None
+
     def export(self, scale: str, platforms: Sequence[str] = ("cpu",)) -> bytes:
         """The reference at ``scale`` as a serialized ``jax.export`` artifact (no source inside) that runs on each of
         ``platforms`` (e.g. ``("cpu", "tpu")``, so the worker can time it on the target's device)."""
