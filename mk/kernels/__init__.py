@@ -7,11 +7,12 @@ the same fields). The kernel files import only jax, so the offline author
 (mk/author) copies them verbatim into the standalone kernels it writes and
 generates only the task's epilogue.
 
-Families: :mod:`mk.kernels.conv` (convolution as implicit GEMM with a fused epilogue).
+Families: :mod:`mk.kernels.conv` (convolution as implicit GEMM with a fused epilogue), :mod:`mk.kernels.gmm`
+(grouped matmul over contiguous row groups, megablox-style).
 """
 
 from __future__ import annotations
 
-FAMILIES = ("conv",)
+FAMILIES = ("conv", "gmm")
 
 __all__ = ["FAMILIES"]

@@ -1,0 +1,107 @@
+"""Typed tiling of the grouped-matmul kernels: a frozen :class:`Config`, a per-chip default and the tuning space.
+
+Block sizes are requests: the kernels fit each to the sizes they are called
+with (TPU: the largest multiple of its tile dividing the size; GPU: a power of
+two, the size zero-padded), so every point of the space runs at every size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from mk.hardware import get_spec
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """lhs (M, K), rhs (G, K, N)."""
+
+    m: int
+    k: int
+    n: int
+    groups: int
+    itemsize: int = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    """``block_m``/``block_n``/``block_k``: the tile of one product; ``num_warps``/``num_stages``: Triton's launch."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 8 or v > 4096:
+                raise ValueError(f"{name} must be an int in [8, 4096], got {v!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 5:
+            raise ValueError(f"num_stages must be an int in [1, 5], got {self.num_stages!r}")
+
+    def check(self, target: str) -> None:
+        """Raise ``ValueError`` when a block is not a legal request on ``target``."""
+        if target == "tpu" and (self.block_n % 128 or self.block_k % 128 or self.block_m % 8):
+            raise ValueError(f"TPU blocks: block_m a multiple of 8, block_n/block_k of 128, got {self}")
+        if target == "gpu" and any(b & (b - 1) or b < 16 for b in (self.block_m, self.block_n, self.block_k)):
+            raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
+
+    def kwargs(self, target: str) -> dict[str, Any]:
+        base = {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k}
+        return base if target == "tpu" else {**base, "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << max(0, n.bit_length() - 1)
+
+
+def default(chip: str, shapes: Shapes) -> Config:
+    """A tiling for ``chip`` (data/hardware.json). Row tiles no taller than the mean group (a tile two groups
+    share is multiplied twice); TPU: block_n one or two MXU widths, block_k as deep as a quarter of VMEM allows
+    with double buffering; GPU: the largest (block_k, stages) pipeline that fits shared memory."""
+    spec = get_spec(chip)
+    mean_group = max(1, shapes.m // max(1, shapes.groups))
+    if spec.kind == "tpu":
+        mxu = spec.mxu_size or 128
+        bm = max(8 * max(1, 4 // shapes.itemsize), min(512, _pow2_floor(mean_group)))
+        bn = 2 * mxu if shapes.n % (2 * mxu) == 0 else 128
+        budget = (spec.vmem_bytes or 16 << 20) // 4
+        bk = 128
+        for cand in (256, 512, 1024):
+            if shapes.k % cand == 0 and 2 * (bm * cand + cand * bn) * shapes.itemsize + 3 * bm * bn * 4 <= budget:
+                bk = cand
+        return Config(block_m=bm, block_n=bn, block_k=bk)
+    smem = spec.shared_mem_per_sm_bytes or 96 << 10
+    bm = max(16, min(128, _pow2_floor(mean_group)))
+    bn = 128 if shapes.n >= 128 else 64
+    bk, stages = 32, 2
+    for cand_k, cand_s in ((64, 3), (64, 2)):
+        if cand_s * (bm * cand_k + cand_k * bn) * shapes.itemsize <= smem // 2:
+            bk, stages = cand_k, cand_s
+            break
+    return Config(block_m=bm, block_n=bn, block_k=bk, num_warps=8 if bm * bn >= 128 * 128 else 4, num_stages=stages)
+
+
+def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
+    """The tuning space over :class:`Config`'s fields, every point legal for ``target``."""
+    if target == "tpu":
+        sub = 8 * max(1, 4 // shapes.itemsize)
+        out: dict[str, list[Any]] = {
+            "block_m": [b for b in (sub, 64, 128, 256) if b >= sub and b <= max(sub, shapes.m)][-3:],
+            "block_n": [b for b in (128, 256, 512) if b <= max(128, shapes.n)][-2:],
+            "block_k": [b for b in (128, 256, 512) if b <= max(128, shapes.k)][-2:],
+        }
+    else:
+        out = {"block_m": [b for b in (16, 32, 64, 128) if b <= max(16, shapes.m)][-3:],
+               "block_n": [b for b in (32, 64, 128) if b <= max(32, shapes.n)][-2:],
+               "block_k": [b for b in (16, 32, 64) if b <= max(16, shapes.k)][-2:],
+               "num_warps": [4, 8]}
+    for vals in itertools.product(*out.values()):
+        Config(**dict(zip(out, vals))).check(target)
+    return out
