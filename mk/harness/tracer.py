@@ -69,6 +69,7 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
     _state.update(spec=spec, target=get_target(spec["target"]))
     if spec["target"] == "tpu":
         import jax.experimental.pallas.tpu  # noqa: F401  (before the policy closes the file system)
+    _seen_as_target(_state["target"])
     t0 = time.perf_counter()
     install_sandbox_policy([str(workdir)])
     mod_spec = importlib.util.spec_from_file_location("candidate", workdir / CANDIDATE_FILE)
@@ -87,6 +88,27 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
         return {"phase": "import", "rejected": f"the candidate attempted a forbidden operation: {denied[0]}"}
     _state["entry"] = entry
     return {"ok": True, "seconds": {"import": time.perf_counter() - t0}}
+
+
+def _seen_as_target(target: Any) -> None:
+    """Without the target's device, ``jax.default_backend()`` answers the target's backend (``tpu``, ``gpu``) for the
+    candidate's whole life here: a kernel that picks its code by asking it (honest work on ``cpu``, something else on
+    the device) is then judged on the branch the device would take. (JAX itself asks its private copy.) Other ways to
+    see the machine remain (an array's ``.devices()``, ``jax.extend.backend``): see docs/judge.md."""
+    import functools
+
+    import jax
+
+    if target.name == "cpu" or target.device_present():
+        return
+    real = jax.default_backend
+
+    @functools.wraps(real)
+    def default_backend() -> str:
+        return target.device_platform
+
+    jax.default_backend = default_backend
+    _state["real_default_backend"] = real
 
 
 def trace(request: dict[str, Any]) -> dict[str, Any]:
