@@ -111,7 +111,7 @@ _FRAME_ATTRS = frozenset({
 # Methods that mutate a container in place (rule 3: caches live in module-level containers).
 _MUTATORS = frozenset({
     "append", "extend", "insert", "update", "setdefault", "add", "pop", "popitem", "clear", "remove",
-    "discard", "appendleft", "extendleft", "sort", "reverse",
+    "discard", "appendleft", "extendleft", "sort", "reverse", "__next__", "send",
 })
 #: Names of the task's own code: a candidate may use them only for its own definitions (rule 1, 8).
 TASK_NAMES = frozenset({"reference", "computation", "workload", "get_inputs", "create_inputs", "baseline", "kernel_task"})
@@ -426,6 +426,12 @@ class _Checker(ast.NodeVisitor):
     # --- calls ---------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if isinstance(func, ast.Name) and func.id == "next" and not self.is_bound("next") and node.args and self.funcs:
+            root = _root_name(node.args[0])
+            if root and root in self.module_names and not any(root in s for s in self.scopes[1:]):
+                # a module-level iterator advanced per call is a counter: code that changes after N traces
+                self.add(3, node.lineno, "global_state", f"next({root}) advances module-level {root!r} from inside a "
+                         "function: state kept between calls (cache trick)")
         if isinstance(func, ast.Name) and not self.is_bound(func.id) and func.id in _REFLECTION:
             self._check_reflection(func.id, node)
         elif isinstance(func, ast.Attribute):
@@ -525,6 +531,10 @@ class _Checker(ast.NodeVisitor):
             self.add(8, line, "dunder", f"attribute {attr} reaches interpreter internals (sandbox escape); not allowed")
         elif attr in _FRAME_ATTRS:
             self.add(8, line, "dunder", f"attribute {attr} reaches stack frames or code objects; not allowed")
+        elif attr in ("cache_info", "cache_parameters", "cache_clear"):
+            # a cache's size counts the traces so far: code that changes after the judge's last trace (a time bomb)
+            self.add(3, line, "global_state", f"attribute {attr} reads or resets a cache's state between calls (cache "
+                     "trick); keep all state local to the call")
         elif attr in _DANGEROUS_ATTRS_ANYWHERE:
             self.add(8, line, "module_leak", f"attribute {attr!r} reaches the {attr} module; not allowed")
         elif attr == "ctypes" or attr in _FILE_FUNCTIONS_ANYWHERE:
