@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from mk.author import attention, conv, cross_entropy, matmul, rewrites, rowwise
+from mk.author import attention, conv, cross_entropy, gmm, matmul, rewrites, rowwise
 from mk.author.emit import Unsupported
 from mk.author.proposal import Proposal
 from mk.author.trace import trace_scales
@@ -28,6 +28,8 @@ TEMPLATES = (
      "blocks and the label pick, logits never written to memory (TPU only)", cross_entropy),
     ("conv", "convolution (1-3 spatial axes, stride 1) as an implicit GEMM with the work after it fused per sample "
      "(bias, activations, instance/group/layer norms, pooling, channel reductions); kernels from mk/kernels/conv", conv),
+    ("gmm", "grouped matmul over contiguous row groups, megablox-style (a batched matmul, or a scan over groups of "
+     "dynamic row slabs); kernels from mk/kernels/gmm", gmm),
     ("matmul", "tiled matmul with the reference's elementwise epilogue fused (bias, scale, residual, clamp, activations)", matmul),
     ("rowwise", "row-wise kernels with whole rows per block (RMSNorm, LayerNorm, softmax, logsumexp, long elementwise chains)", rowwise),
 )
