@@ -750,7 +750,7 @@ class LMAuthor:
         if not given:
             return ""
         lines = "\n".join(f"- {plan_name(p)}: {_clip(p.strategy, 300)}" for p in given)
-        return ("Plans you already proposed for this same situation (each repeats one already tried or taken); "
+        return ("Plans you already proposed for this same situation (each was already tried here or not taken); "
                 f"propose a different strategy:\n{lines}")
 
     def _implement_repeat(self, ctx: Context, plan: Plan) -> int:
