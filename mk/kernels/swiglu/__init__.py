@@ -1,0 +1,38 @@
+"""Gated MLP (SwiGLU): ``act(x @ wg, x @ wu) @ wd`` with both up-projections and the down-projection fused.
+
+``reference.py`` is the plain-JAX computation, ``tpu.py`` the Mosaic kernel
+(hidden blocks as the reduction axis of the grid), ``gpu.py`` the Triton kernel
+(a loop over hidden blocks per output tile), ``config.py`` the typed tiling
+with its per-chip default and tuning space. The activation (``silu(g) * u`` by
+default) is a parameter, so other gated units (GeGLU, ReGLU) use the same kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from mk.kernels.swiglu.config import Config, Shapes, default, space
+from mk.kernels.swiglu.gpu import swiglu_gpu
+from mk.kernels.swiglu.reference import silu_gate, swiglu as reference
+from mk.kernels.swiglu.tpu import swiglu_tpu
+
+_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+
+
+def swiglu(x: Any, wg: Any, wu: Any, wd: Any, *, target: str, config: Config | None = None, chip: str | None = None,
+           **kernel_kwargs: Any) -> Any:
+    """The ``target`` kernel (``tpu`` or ``gpu``) over x's last axis, with ``config`` or the chip's default."""
+    if target not in _CHIPS:
+        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    lead, e = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, e)
+    shapes = Shapes(x2.shape[0], e, wg.shape[1], wd.shape[1], jnp.dtype(x.dtype).itemsize)
+    config = config or default(chip or _CHIPS[target], shapes)
+    config.check(target)
+    fn = swiglu_tpu if target == "tpu" else swiglu_gpu
+    return fn(x2, wg, wu, wd, **config.kwargs(target), **kernel_kwargs).reshape(*lead, wd.shape[1])
+
+
+__all__ = ["Config", "Shapes", "default", "reference", "silu_gate", "space", "swiglu", "swiglu_gpu", "swiglu_tpu"]

@@ -1,0 +1,98 @@
+"""Typed tiling of the SwiGLU kernels: a frozen :class:`Config`, a per-chip default and the tuning space.
+
+Block sizes are requests, fitted by the kernels to the sizes they are called
+with (TPU: the largest multiple of its tile dividing the size; GPU: a power of
+two, the size zero-padded), so every point of the space runs at every size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from mk.hardware import get_spec
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """x (M, E), wg/wu (E, F), wd (F, D)."""
+
+    m: int
+    e: int
+    f: int
+    d: int
+    itemsize: int = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    """``block_m`` rows and ``block_f`` hidden units per step; ``block_n`` (GPU) output columns per program;
+    ``num_warps``/``num_stages``: Triton's launch."""
+
+    block_m: int = 128
+    block_f: int = 256
+    block_n: int = 128
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_f", "block_n"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 8 or v > 8192:
+                raise ValueError(f"{name} must be an int in [8, 8192], got {v!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 5:
+            raise ValueError(f"num_stages must be an int in [1, 5], got {self.num_stages!r}")
+
+    def check(self, target: str) -> None:
+        if target == "tpu" and (self.block_f % 128 or self.block_m % 8):
+            raise ValueError(f"TPU blocks: block_m a multiple of 8, block_f of 128, got {self}")
+        if target == "gpu" and any(b & (b - 1) or b < 16 for b in (self.block_m, self.block_f, self.block_n)):
+            raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
+
+    def kwargs(self, target: str) -> dict[str, Any]:
+        if target == "tpu":
+            return {"block_m": self.block_m, "block_f": self.block_f}
+        return {"block_m": self.block_m, "block_f": self.block_f, "block_n": self.block_n,
+                "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+
+def _tpu_bytes(s: Shapes, bm: int, bf: int) -> int:
+    """VMEM of one step: x block, three weight slices (double-buffered), the f32 accumulator and output block."""
+    return 2 * (bm * s.e + 2 * s.e * bf + bf * s.d) * s.itemsize + bm * s.d * 4 + 2 * bm * s.d * s.itemsize
+
+
+def default(chip: str, shapes: Shapes) -> Config:
+    """A tiling for ``chip`` (data/hardware.json): TPU the largest (block_m, block_f) whose working set fits half
+    of VMEM, block_f a multiple of the MXU width; GPU 64-row blocks with block_n covering D up to 128."""
+    spec = get_spec(chip)
+    if spec.kind == "tpu":
+        budget = (spec.vmem_bytes or 16 << 20) // 2
+        mxu = spec.mxu_size or 128
+        best = (8 * max(1, 4 // shapes.itemsize), 128)
+        for bm, bf in itertools.product((128, 256, 512), (mxu, 2 * mxu, 4 * mxu)):
+            if bm <= max(shapes.m, 8) and bf <= max(shapes.f, 128) and _tpu_bytes(shapes, bm, bf) <= budget:
+                best = max(best, (bm, bf), key=lambda t: t[0] * t[1])
+        return Config(block_m=best[0], block_f=best[1])
+    bn = 128 if shapes.d >= 128 else 64
+    return Config(block_m=64, block_f=64, block_n=bn, num_warps=8 if bn == 128 else 4)
+
+
+def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
+    """The tuning space over :class:`Config`'s fields, every point legal for ``target``."""
+    if target == "tpu":
+        sub = 8 * max(1, 4 // shapes.itemsize)
+        out: dict[str, list[Any]] = {
+            "block_m": [b for b in (sub, 64, 128, 256) if b >= sub and b <= max(sub, shapes.m)][-3:],
+            "block_f": [b for b in (128, 256, 512) if b <= max(128, shapes.f)][-3:],
+        }
+    else:
+        out = {"block_m": [b for b in (16, 32, 64) if b <= max(16, shapes.m)][-2:],
+               "block_f": [b for b in (32, 64) if b <= max(32, shapes.f)],
+               "block_n": [b for b in (64, 128) if b <= max(64, shapes.d)],
+               "num_warps": [4, 8]}
+    for vals in itertools.product(*out.values()):
+        Config(**dict(zip(out, vals))).check(target)
+    return out

@@ -1,0 +1,66 @@
+"""mk.kernels.swiglu: the TPU and GPU kernels in interpret mode against the plain-JAX reference (bf16 and f32, sizes
+the blocks divide and sizes they do not), another gate through the same kernels, lowering, Config and space."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mk.kernels import swiglu as ksw
+from mk.kernels.swiglu import Config, Shapes, default, reference, space
+from mk.targets import get_target
+
+
+def _inputs(m, e, f, d, dtype, seed=0):
+    k = jax.random.split(jax.random.key(seed), 4)
+    x = jax.random.normal(k[0], (m, e), jnp.float32).astype(dtype)
+    w = [(jax.random.normal(kk, s, jnp.float32) * 0.05).astype(dtype) for kk, s in zip(k[1:], [(e, f), (e, f), (f, d)])]
+    return [x, *w]
+
+
+def _run(target, args, cfg, **kw):
+    with get_target(target).execution():
+        return np.asarray(jax.jit(lambda *a: ksw.swiglu(*a, target=target, config=cfg, **kw))(*args), np.float32)
+
+
+@pytest.mark.parametrize("target,shape,dtype,cfg", [
+    ("tpu", (2, 32, 128, 384, 128), jnp.bfloat16, Config(block_m=32, block_f=128)),  # (B, S, E) input, 3 hidden blocks
+    ("tpu", (48, 128, 256, 64), jnp.float32, Config(block_m=16, block_f=128)),
+    ("gpu", (40, 48, 100, 24), jnp.float32, Config(block_m=16, block_f=32, block_n=16)),  # padded, masked hidden
+    ("gpu", (64, 128, 384, 128), jnp.bfloat16, Config(block_m=32, block_f=64, block_n=64)),
+])
+def test_matches_reference(target, shape, dtype, cfg):
+    *lead, e, f, d = shape
+    x, wg, wu, wd = _inputs(int(np.prod(lead)), e, f, d, dtype)
+    x = x.reshape(*lead, e)
+    got = _run(target, [x, wg, wu, wd], cfg)
+    want = np.asarray(reference(x, wg, wu, wd), np.float32)
+    tol = 2e-2 if dtype == jnp.bfloat16 else 1e-4
+    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+
+
+def test_another_gate_through_the_same_kernel():
+    args = _inputs(32, 128, 256, 128, jnp.float32, seed=1)
+    gelu_gate = lambda g, u: jax.nn.gelu(g) * u  # noqa: E731 - GeGLU
+    got = _run("tpu", args, Config(block_m=16, block_f=128), activation=gelu_gate)
+    np.testing.assert_allclose(got, np.asarray(reference(*args, activation=gelu_gate)), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_kernels_lower(target):
+    args = _inputs(64, 128, 384, 128, jnp.bfloat16)
+    get_target(target).lower(lambda *a: ksw.swiglu(*a, target=target), *args)
+
+
+def test_config_default_and_space():
+    with pytest.raises(ValueError, match="block_f"):
+        Config(block_f=4)
+    with pytest.raises(ValueError, match="TPU blocks"):
+        Config(block_f=96).check("tpu")
+    full = Shapes(m=8192, e=4096, f=14336, d=4096)
+    v6e, v7x = default("v6e", full), default("v7x", full)
+    assert v6e.block_f % 256 == 0 and v6e.block_m * v6e.block_f >= v7x.block_m * v7x.block_f  # v7x: half the VMEM
+    assert default("h200", Shapes(m=64, e=128, f=384, d=128)).block_n == 128
+    for target in ("tpu", "gpu"):
+        sp = space(target, full)
+        assert all(k in Config.__dataclass_fields__ for k in sp) and all(sp.values())
