@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from mk.author import attention, conv, cross_entropy, gmm, matmul, rewrites, rowwise
+from mk.author import attention, conv, cross_entropy, gmm, matmul, rewrites, rowwise, swiglu
 from mk.author.emit import Unsupported
 from mk.author.proposal import Proposal
 from mk.author.trace import trace_scales
@@ -30,6 +30,8 @@ TEMPLATES = (
      "(bias, activations, instance/group/layer norms, pooling, channel reductions); kernels from mk/kernels/conv", conv),
     ("gmm", "grouped matmul over contiguous row groups, megablox-style (a batched matmul, or a scan over groups of "
      "dynamic row slabs); kernels from mk/kernels/gmm", gmm),
+    ("swiglu", "gated MLP (SwiGLU and other gates) with both up-projections, the gate and the down-projection fused; "
+     "kernels from mk/kernels/swiglu", swiglu),
     ("matmul", "tiled matmul with the reference's elementwise epilogue fused (bias, scale, residual, clamp, activations)", matmul),
     ("rowwise", "row-wise kernels with whole rows per block (RMSNorm, LayerNorm, softmax, logsumexp, long elementwise chains)", rowwise),
 )

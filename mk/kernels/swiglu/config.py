@@ -71,9 +71,10 @@ def default(chip: str, shapes: Shapes) -> Config:
     if spec.kind == "tpu":
         budget = (spec.vmem_bytes or 16 << 20) // 2
         mxu = spec.mxu_size or 128
-        best = (8 * max(1, 4 // shapes.itemsize), 128)
-        for bm, bf in itertools.product((128, 256, 512), (mxu, 2 * mxu, 4 * mxu)):
-            if bm <= max(shapes.m, 8) and bf <= max(shapes.f, 128) and _tpu_bytes(shapes, bm, bf) <= budget:
+        sub = 8 * max(1, 4 // shapes.itemsize)
+        best = (sub, 128)
+        for bm, bf in itertools.product((sub, 32, 64, 128, 256, 512), (mxu, 2 * mxu, 4 * mxu)):
+            if sub <= bm <= max(shapes.m, sub) and bf <= max(shapes.f, 128) and _tpu_bytes(shapes, bm, bf) <= budget:
                 best = max(best, (bm, bf), key=lambda t: t[0] * t[1])
         return Config(block_m=best[0], block_f=best[1])
     bn = 128 if shapes.d >= 128 else 64
