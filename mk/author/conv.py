@@ -9,7 +9,9 @@ channels. That work is the *epilogue*: emitted from the jaxpr by
 :mod:`mk.author.emit` and run on each finished tile, so the convolution's output
 never goes to HBM. The kernel itself is not generated: the written file carries
 ``mk/kernels/conv/{tpu,gpu}.py`` verbatim and calls it. Statistics across
-samples (training-mode BatchNorm) are declined: they need a second pass.
+samples (training-mode BatchNorm) split the epilogue: the kernel fuses the
+per-sample part before the first of them, and the rest runs after the kernel
+on its output, as whole-array JAX (XLA fuses it).
 """
 
 from __future__ import annotations
@@ -107,23 +109,60 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     if set(names) & defined:
         raise Unsupported(f"an input is named like a function of the kernel module: {sorted(set(names) & defined)}")
     params = [i for i in range(len(invars)) if i not in (lhs.index, rhs.index)]
+    clash = ({"y", "tail", "epilogue"} & set(names)) | ({"x", "w"} & {names[i] for i in params})
+    if clash:
+        raise Unsupported(f"an input is named like a local of the written kernel: {sorted(clash)}")
     for i in params:
         if not invars[i].aval.shape:
             raise Unsupported(f"input {names[i]!r} is a scalar array (the kernel passes arrays as VMEM blocks)")
     epilogue = [e for e in jaxpr.eqns if id(e) not in used]
     gpu = target == "gpu"
-    em = Emitter(1, probes, mask=gpu, taken=set(names) | {v.name for v in probes.vars} | defined | {"acc", "tile"})
-    em.bind(conv.outvars[0], "acc", True)
-    for i in params:
-        em.bind(invars[i], names[i], False)
-    em.emit(epilogue)
-    body = em.result(jaxpr.outvars)
+    taken = set(names) | {v.name for v in probes.vars} | defined | {"acc", "tile", "y", "tail", "epilogue", "x", "w"}
+
+    def emitter() -> Emitter:
+        em = Emitter(1, probes, mask=gpu, taken=taken)
+        em.bind(conv.outvars[0], "acc", True)
+        for i in params:
+            em.bind(invars[i], names[i], False)
+        return em
+
+    em, split = emitter(), None
+    for k, eqn in enumerate(epilogue):
+        try:
+            em.emit([eqn])
+        except Unsupported as exc:
+            if "across rows" not in str(exc):
+                raise
+            split = k
+            break
     peers = probes.peers(conv)
     batch = _size(probes, [e.outvars[0].aval.shape[0] for e in peers])
     cout = _size(probes, [e.outvars[0].aval.shape[-1] for e in peers])
-    out_lead = _size(probes, [t.jaxpr.jaxpr.outvars[0].aval.shape[0] for t in probes.traces])
-    if not jaxpr.outvars[0].aval.shape or out_lead != batch:
-        raise Unsupported("the output's leading axis is not the batch (the work after the convolution mixes samples)")
+    tail = None
+    if split is None:
+        body = em.result(jaxpr.outvars)
+        out_lead = _size(probes, [t.jaxpr.jaxpr.outvars[0].aval.shape[0] for t in probes.traces])
+        if not jaxpr.outvars[0].aval.shape or out_lead != batch:
+            raise Unsupported("the output's leading axis is not the batch (the work after the convolution mixes "
+                              "samples)")
+        kernel_out = jaxpr.outvars[0]
+    else:  # statistics across samples: the kernel fuses the per-sample part, the rest runs after it in XLA
+        prefix, rest = epilogue[:split], epilogue[split:]
+        produced = {v for e in prefix for v in e.outvars} | {conv.outvars[0]}
+        needed = [v for v in dict.fromkeys(a for e in rest for a in e.invars if hasattr(a, "aval") and
+                                           not type(a).__name__ == "Literal") if v in produced]
+        if len(needed) != 1 or any(v in produced for v in jaxpr.outvars):
+            raise Unsupported("the work after a cross-sample reduction reads several values of the per-sample part")
+        kernel_out = needed[0]
+        em = emitter()
+        em.emit(prefix)
+        body = em.result([kernel_out])
+        tem = Emitter(0, probes, taken=taken | set(body.lines) | {"y"})
+        tem.bind(kernel_out, "y", False)
+        for i in params:
+            tem.bind(invars[i], names[i], False)
+        tem.emit(rest)
+        tail = tem.result(jaxpr.outvars)
     channel_axes = []
     for i in params:
         sizes = [_size(probes, [t.shapes[i][k] for t in probes.traces]) for k in range(len(invars[i].aval.shape))]
@@ -137,15 +176,17 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     cfg = default(CHIPS[target], conv_shapes).kwargs(target)
     config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
     src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, conv, lhs, rhs, x_perm,
-                  w_perm, params, channel_axes, tuning, config,
-                  dtype_expr(jaxpr.outvars[0].aval.dtype))
+                  w_perm, params, channel_axes, tuning, config, dtype_expr(kernel_out.aval.dtype), tail,
+                  probes.used(*tail.lines, *tail.outputs) if tail else [])
     prims = sorted(p for p in body.primitives if not p.startswith("_"))
     return Proposal(
         name=f"conv-epilogue-{target}",
         source=src,
         rationale=f"{s}-D convolution as an implicit GEMM (window {tuple(conv.invars[1].aval.shape[:s])}, "
         f"{conv.invars[0].aval.shape[-1]} -> {conv.outvars[0].aval.shape[-1]} channels) with the epilogue fused "
-        f"per sample ({', '.join(prims) or 'none'}); the convolution's output never goes back to HBM",
+        f"per sample ({', '.join(prims) or 'none'}); the convolution's output never goes back to HBM"
+        + ("" if tail is None else "; the statistics across samples (and what follows them) run after the kernel in "
+           "XLA, on its output"),
         template="conv",
     )
 
@@ -171,7 +212,8 @@ def _defined(target: str) -> set[str]:
 
 def _render(task: Task, names: list[str], used: list, body: Any, target: str, conv: Any, lhs: Operand, rhs: Operand,
             x_perm: tuple[int, ...], w_perm: tuple[int, ...], params: list[int], channel_axes: list[tuple[int, ...]],
-            tuning: dict[str, list[Any]], config: dict[str, Any], out_dtype: str) -> str:
+            tuning: dict[str, list[Any]], config: dict[str, Any], out_dtype: str, tail: Any = None,
+            tail_used: list = ()) -> str:
     gpu = target == "gpu"
     module = gpu_kernel if gpu else tpu_kernel
     prec = conv.params.get("precision")
@@ -231,12 +273,28 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
         "",
         f"def kernel({signature(task, cfg_sig)}):",
         *([f"    epilogue = functools.partial(_epilogue, {bind})"] if bind else ["    epilogue = _epilogue"]),
+        *([] if tail is None else
+          [f"    tail = functools.partial(_tail, {', '.join(f'{v.name}={v.source}' for v in tail_used)})" if tail_used
+           else "    tail = _tail"]),
         *x_lines,
         *w_lines,
-        f"    return {'conv_gpu' if gpu else 'conv_tpu'}(x, w{''.join(', ' + n for n in pnames)}, epilogue=epilogue, "
+        f"    {'return' if tail is None else 'y ='} {'conv_gpu' if gpu else 'conv_tpu'}(x, w"
+        f"{''.join(', ' + n for n in pnames)}, epilogue=epilogue, "
         + (f"channel_axes={channel_axes!r}, " if gpu else "")
         + f"out_dtype={out_dtype}, precision={prec_expr}, {cfg_call})",
+        *([] if tail is None else [f"    return tail(y{''.join(', ' + n for n in pnames)})"]),
         "",
     ]
+    if tail is not None:
+        at = lines.index(f"def kernel({signature(task, cfg_sig)}):")
+        tkw = ", ".join(v.name for v in tail_used)
+        lines[at:at] = [
+            f"def _tail(y{''.join(', ' + n for n in pnames)}{', *, ' + tkw if tkw else ''}):",
+            '    """The reference from its first statistic across samples on: whole arrays, after the kernel."""',
+            *[f"    {l}" for l in tail.lines],
+            f"    return {tail.outputs[0]}",
+            "",
+            "",
+        ]
     return "\n".join(lines)
 
