@@ -162,7 +162,7 @@ class _Fresh:
         if any(not pool for pool in pools):
             return None
         for _ in range(_TRIES):
-            values = [pool[rng.randbelow(len(pool))] for pool in pools]
+            values = [_pick(pool, rng) for pool in pools]
             if tuple(values) in self.points or (strict and not self.off_lines(values)):
                 continue
             return values
@@ -183,6 +183,16 @@ class _Fresh:
         name = FRESH + "_".join("x".join(map(str, sh)) if sh else "scalar" for sh in shapes)
         name += "".join(f"~{k}={v!r}" for k, v in sorted(floats.items()))
         return Scale(name, shapes=tuple(shapes), static=scale.static)
+
+
+def _pick(pool: Sequence[int], rng: Any) -> int:
+    """A value of ``pool`` (ascending), each half as likely as the one before (the last takes what is left): every
+    value can be drawn, and a case costs about what the old 1-4-unit growth cost (the largest corner of the box, with
+    every dim at its top, is rare; an interpreted attention kernel there runs for minutes)."""
+    for v in pool[:-1]:
+        if rng.randbelow(2) == 0:
+            return v
+    return pool[-1]
 
 
 def _fresh(task: Task) -> _Fresh | None:
