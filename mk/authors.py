@@ -29,7 +29,8 @@ class LazyKnowledge:
         self._store: Any = None
         self._failed: str | None = None
 
-    def retrieve(self, query: str, k: int = 5) -> str:
+    def retrieve(self, query: str, k: int = 5, target: str | None = None) -> str:
+        """Passages for ``query``; with ``target`` (tpu, gpu, cpu) the other platform's passages come last."""
         if self._failed is not None:
             return ""
         if self._store is None:
@@ -42,7 +43,7 @@ class LazyKnowledge:
                 log.warning("the knowledge store could not be opened (%s); the LM author works without retrieval", exc)
                 return ""
         try:
-            return self._store.retrieve(query, k)
+            return self._store.retrieve(query, k, target=target)
         except (KnowledgeError, OSError, ValueError) as exc:
             self._failed = str(exc)
             log.warning("the knowledge store failed (%s); the LM author works without retrieval from now on", exc)
@@ -73,6 +74,8 @@ def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = No
     accountant = Accountant(store, run_id=run_id, budget=budget)
     author = LMAuthor(accounted(choice.lm, accountant), knowledge=knowledge if knowledge is not None else LazyKnowledge(),
                       model=choice.model)
+    if choice.kind != "explicit" or isinstance(lm, str):  # built from a model string: a later session rebuilds it the same way
+        author.spec = f"lm:{choice.model}"
     announcement = (f"using the language model {choice.model} ({choice.reason}): planner, implementer, compile fixer, "
                     "profile analyst and test synthesizer, with the built-in rule-based proposals tried first where they apply")
     return author, announcement

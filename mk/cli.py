@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _sigterm_interrupts()
     try:
         return int(args.func(args) or 0)
     except MkError as err:
@@ -95,6 +96,21 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc) or "interrupted; everything written so far is kept (`mk runs` lists the run; `mk resume RUN` "
               "continues it)", file=sys.stderr)
         return 130
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM (a scheduler, ``kill``, a closing terminal) ends a command like Ctrl-C: the run is marked interrupted
+    with its resume command, not left 'running'."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (mk.cli.main called from a worker thread): leave the default
+        pass
 
 
 def _print_json_error(kind: str, message: str, hint: str | None) -> None:

@@ -131,6 +131,14 @@ def _from_string(model: str, kind: Literal["explicit", "env"], reason: str, num_
 
     if model == OFFLINE:
         return LMChoice("offline", None, OFFLINE, f"{reason}: offline")
+    if model.startswith(("gemini/", "vertex_ai/")):  # mk's own Gemini engine (google-genai), not a litellm route
+        from mk.gemini import gemini_lm
+
+        vertex = model.startswith("vertex_ai/")
+        key = os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY") or None
+        made = gemini_lm(model, api_key=key, vertexai=vertex, project=os.environ.get("GOOGLE_CLOUD_PROJECT"),
+                         location=os.environ.get("GOOGLE_CLOUD_LOCATION"), num_retries=num_retries)
+        return LMChoice(kind, made, made.model, reason + " (through mk's Gemini engine)")
     try:
         return LMChoice(kind, dspy.LM(model, num_retries=num_retries), model, reason)
     except (ValueError, TypeError) as exc:

@@ -135,14 +135,13 @@ class Trajectory:
     done: bool = False
     stop_reason: str = ""
     failed: bool = False  # stopped by a fault (the language model failing after its retries), not by a rule
+    run: Any = None  # the mk.run.Run this trajectory belongs to, when it is stored
 
     @property
     def best(self) -> Snapshot | None:
-        correct = [s for s in self.snapshots if s.correct]
-        measured = [s for s in correct if s.speedup is not None]
-        if measured:
-            return max(measured, key=lambda s: s.speedup)
-        return correct[0] if correct else None
+        from mk.run.best import best_of
+
+        return best_of(self.snapshots)
 
     @property
     def status(self) -> str:
@@ -201,15 +200,27 @@ class Auto:
             self.step(traj)
         return traj
 
-    def start(self, task: Task, *, suite: FrozenSuite | None = None, run_id: str | None = None, mode: str = "auto") -> Trajectory:
-        suite = suite or build_suite(task)  # frozen before the first plan (rule 14)
-        if self.store is not None:
-            self.store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
-            self.store.record_suite(suite.hash, task.fingerprint(), [c.key for c in suite.cases])
-            run_id = run_id or self.store.create_run(task.fingerprint(), mode, {"target": self.target, "author": self.author.name,
-                                                                                  "suite_hash": suite.hash})
+    def start(self, task: Task, *, suite: FrozenSuite | None = None, run_id: str | None = None, mode: str = "auto",
+              run: Any = None) -> Trajectory:
+        """A new trajectory. ``run`` (a :class:`mk.run.Run`) is the run it belongs to; without one, Auto creates it
+        through the run service when it has a store. The suite is frozen before the first plan (rule 14), with the
+        author's synthesised cases, unless ``suite`` or the run already has one."""
+        if run is None and self.store is not None and run_id is None:
+            from mk.run import Run, RunConfig
+            from mk.run.config import author_fields
+
+            run = Run.create(self.store, task, RunConfig(mode=mode, target=self.target, **author_fields(self.author),
+                                                         iterations=self.iterations, tune=self.tune, max_trials=self.max_trials,
+                                                         max_fixes=self.max_fixes))
+        if run is not None:
+            task, suite = (run.task, run.suite) if run.suite is not None else run.freeze(self.author, suite=suite)
+            run_id = run.id
+        else:
+            suite = suite or build_suite(task)
+            if self.store is not None and run_id:
+                self.store.record_suite(suite.hash, task.fingerprint(), [c.key for c in suite.cases])
         self.on_event("suite", {"hash": suite.hash, "cases": len(suite.cases)})
-        return Trajectory(task, suite, run_id)
+        return Trajectory(task, suite, run_id, run=run)
 
     def step(self, traj: Trajectory) -> PhaseResult:
         """Run the next phase of ``traj`` and return what it produced."""
@@ -396,7 +407,16 @@ class Auto:
                                          result_json=res.model_dump_json())
 
     def _finish(self, traj: Trajectory, reason: str) -> None:
+        """End the trajectory with one stop reason: the same words in the run's row, the report and the CLI."""
+        declined = getattr(self.author, "declined", None) or {}
+        if not traj.snapshots and declined and "no further proposals" in reason:  # the author proposed nothing: say why
+            reason = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
+        best = traj.best
+        if best is not None:
+            reason += f"; best: {best.proposal}" + (f" ({best.speedup:.2f}x)" if best.speedup is not None else " (speed not measured)")
         traj.done, traj.stop_reason = True, reason
-        if self.store is not None and traj.run_id:
-            best = traj.best
-            self.store.finish_run(traj.run_id, traj.status, reason + (f"; best: {best.proposal}" if best else ""))
+        if traj.run is not None:
+            traj.run.store = self.store if self.store is not None else traj.run.store
+            traj.run.finish(traj.status, reason)
+        elif self.store is not None and traj.run_id:
+            self.store.finish_run(traj.run_id, traj.status, reason)

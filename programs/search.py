@@ -46,7 +46,8 @@ from mk.programs.search_workers import (DUPLICATE, InlinePool, NodeJob, NodeResu
 
 log = logging.getLogger(__name__)
 
-ALGORITHMS = ("parallel", "beam", "greedy")
+from mk.programs.search_algorithms import ALGORITHMS, Spec as _Spec, get_algorithm  # noqa: E402
+
 WORKERS = ("process", "inline", "ray")
 
 
@@ -67,8 +68,7 @@ class SearchConfig:
     max_workers: int = 2
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"unknown search algorithm {self.algorithm!r}", hint=f"choose one of {', '.join(ALGORITHMS)}")
+        get_algorithm(self.algorithm)
         if self.workers not in WORKERS:
             raise ConfigError(f"unknown worker backend {self.workers!r}", hint=f"choose one of {', '.join(WORKERS)}")
         for name in ("width", "depth", "branches", "iterations", "max_workers"):
@@ -104,6 +104,7 @@ class NodeRecord:
     plans: list[str] = field(default_factory=list)
     summaries: list[str] = field(default_factory=list)
     hashes: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)  # the tuned config of the node's kept kernel
 
     @property
     def expandable(self) -> bool:
@@ -114,7 +115,8 @@ class NodeRecord:
         meta = row.get("meta") or {}
         return cls(meta.get("key", row["id"]), row["id"], meta.get("parent_key"), int(row.get("depth") or 0), row.get("status") or "",
                    row.get("reason") or "", row.get("speedup"), row.get("code") or "", meta.get("first_plan", ""),
-                   list(meta.get("plans", [])), list(meta.get("summaries", [])), list(meta.get("hashes", [])))
+                   list(meta.get("plans", [])), list(meta.get("summaries", [])), list(meta.get("hashes", [])),
+                   dict(meta.get("config") or {}))
 
 
 @dataclass
@@ -144,20 +146,9 @@ class SearchResult:
 
 
 def best_node(nodes: list[NodeRecord]) -> NodeRecord | None:
-    correct = [n for n in nodes if n.status == "correct"]
-    measured = [n for n in correct if n.speedup is not None]
-    if measured:
-        return max(measured, key=lambda n: n.speedup)
-    return correct[0] if correct else None
+    from mk.run.best import best_of
 
-
-@dataclass(frozen=True)
-class _Spec:
-    key: str
-    parent_key: str | None
-    depth: int
-    branch: int
-    siblings: int
+    return best_of(nodes)
 
 
 class Search:
@@ -182,36 +173,45 @@ class Search:
         self.ray_address = ray_address
 
     # --- entry points ----------------------------------------------------------------
-    def run(self, task: Any, *, suite: Any = None) -> SearchResult:
-        from mk.harness.suite import build_suite
+    def run(self, task: Any, *, suite: Any = None, run: Any = None) -> SearchResult:
+        """Search ``task``. ``run`` (a :class:`mk.run.Run` in mode ``search``) is the run to drive; without one it is
+        created here through the run service. The suite is frozen first (with the author's synthesised cases)."""
+        from mk.run import Run, RunConfig
+        from mk.run.config import author_fields
 
-        suite = suite or build_suite(task)
         cfg = self._effective_config(task)
         with self._store() as store:
-            store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
-            store.record_suite(suite.hash, task.fingerprint(), [c.key for c in suite.cases])
-            run_id = store.create_run(task.fingerprint(), "search", {
-                "search": cfg.to_dict(), "target": cfg.target, "author": author_spec(self.author), "suite_hash": suite.hash,
-                "task_locator": dict(task.locator or {}), "scales": list(task.scales),
-                "evaluate": None if self.evaluate is None else (author_spec(self.evaluate) or "custom"),
-            })
-            return self._drive(store, run_id, task, suite, cfg)
+            if run is None:
+                run = Run.create(store, task, RunConfig(
+                    mode="search", target=cfg.target, **author_fields(self.author), iterations=cfg.iterations, tune=cfg.tune,
+                    max_trials=cfg.max_trials, max_fixes=cfg.max_fixes, settings=cfg.to_dict(),
+                    evaluate=None if self.evaluate is None else (author_spec(self.evaluate) or "custom")))
+            else:
+                run.store = store
+                run.set_config(settings=cfg.to_dict(), **({} if self.evaluate is None else
+                                                          {"evaluate": author_spec(self.evaluate) or "custom"}))
+            if run.suite is None:
+                run.freeze(make_author(self.author) if suite is None else None, suite=suite)
+            return self._drive(run, cfg)
 
     @classmethod
     def resume(cls, run_id: str, *, store: Any, author: Any = None, evaluate: Callable[..., Any] | None = None, task: Any = None,
-               on_event: Callable[[str, dict[str, Any]], None] | None = None, **overrides: Any) -> "SearchResult":
+               on_event: Callable[[str, dict[str, Any]], None] | None = None, budget: Any = None, **overrides: Any) -> "SearchResult":
         """Continue ``run_id`` from what the store holds: completed nodes are read back, missing ones run."""
-        run = store.get_run(run_id)
-        if run is None:
+        from mk.run import Run
+
+        row = store.get_run(run_id)
+        if row is None:
             raise StoreError(f"no run {run_id!r} in {store.path}", hint="`mk runs` lists the runs and their ids")
-        conf = run.get("config") or {}
-        if run.get("mode") != "search" or "search" not in conf:
-            raise ConfigError(f"run {run_id} is a {run.get('mode')!r} run, not a search", hint="only search runs can be resumed")
-        author = author if author is not None else conf.get("author")
+        if row.get("mode") != "search":
+            raise ConfigError(f"run {run_id} is a {row.get('mode')!r} run, not a search", hint="only search runs can be resumed")
+        run = Run.reopen(store, run_id, task=task)
+        conf = run.config
+        author = author if author is not None else (conf.author or None)
         if author is None:
             raise ConfigError(f"run {run_id} was started with an author that cannot be rebuilt from the store",
                               hint="pass author= (a factory) to Search.resume")
-        ev_spec = conf.get("evaluate")
+        ev_spec = conf.evaluate
         if evaluate is None and ev_spec:
             if ev_spec == "custom" or ":" not in ev_spec:
                 raise ConfigError(f"run {run_id} used a custom evaluate function that cannot be rebuilt", hint="pass evaluate=")
@@ -220,23 +220,9 @@ class Search:
             module, _, name = ev_spec.partition(":")
             evaluate = getattr(importlib.import_module(module), name)
             log.warning("resuming with the run's own evaluate function %s, not the default harness", ev_spec)
-        if task is None:
-            from mk.loaders import load_task
-
-            if not conf.get("task_locator") or conf["task_locator"].get("kind") == "callable":
-                raise ConfigError(f"run {run_id}'s task was a Python callable and cannot be re-loaded", hint="pass task=")
-            task = load_task(conf["task_locator"])
-            scales = conf.get("scales") or list(task.scales)
-            task = task.with_scales({s: task.scale(s) for s in scales})
-        from mk.harness.suite import build_suite
-
-        suite = build_suite(task)
-        if conf.get("suite_hash") and suite.hash != conf["suite_hash"]:
-            raise ConfigError(f"the task's frozen suite changed since run {run_id} started ({conf['suite_hash']} -> {suite.hash})",
-                              hint="the task file was edited; start a new search")
-        cfg = SearchConfig.from_dict({**conf["search"], **overrides})
-        search = cls(author, config=cfg, evaluate=evaluate, store=store, on_event=on_event)
-        return search._drive(store, run_id, task, suite, search._effective_config(task))
+        cfg = SearchConfig.from_dict({**conf.settings, **overrides})
+        search = cls(author, config=cfg, evaluate=evaluate, store=store, on_event=on_event, budget=budget)
+        return search._drive(run, search._effective_config(run.task))
 
     # --- the loop ---------------------------------------------------------------------
     def _effective_config(self, task: Any) -> SearchConfig:
@@ -254,7 +240,8 @@ class Search:
                                   hint=f"pass a module-level {what} (or a factory / 'offline' for the author), or workers='inline'") from exc
         return cfg
 
-    def _drive(self, store: Any, run_id: str, task: Any, suite: Any, cfg: SearchConfig) -> SearchResult:
+    def _drive(self, run: Any, cfg: SearchConfig) -> SearchResult:
+        store, run_id, task, suite = run.store, run.id, run.task, run.suite
         done = {n.key: n for n in (NodeRecord.from_row(r) for r in store.nodes(run_id)) if n.key}
         self.on_event("search", {"run_id": run_id, "algorithm": cfg.algorithm, "resumed_nodes": len(done)})
         pool = make_pool(cfg.workers, cfg.max_workers, ray_address=self.ray_address)
@@ -268,12 +255,12 @@ class Search:
                 level = self._run_level(store, run_id, task, suite, cfg, specs, done, pool)
                 self.on_event("level", {"depth": depth, "nodes": len(level)})
                 if depth < cfg.depth:
-                    specs = self._next_level(cfg, level, depth + 1)
+                    specs = self._next_level(cfg, level, depth + 1, done)
                     if not specs:
                         break
         except KeyboardInterrupt:
             kept = len(store.nodes(run_id))
-            raise store.interrupt_run(run_id, f"its {kept} finished nodes are kept and will not run again") from None
+            raise run.interrupt(f"its {kept} finished nodes are kept and will not run again") from None
         finally:
             pool.close()
         nodes = [NodeRecord.from_row(r) for r in store.nodes(run_id)]
@@ -283,20 +270,14 @@ class Search:
                   f"{cfg.algorithm} search finished: {len(nodes)} nodes") + (
             f"; best: node {best.key} ({best.plan or best.plans[:1]}, "
             f"{f'speedup {best.speedup:.2f}x' if best.speedup is not None else 'speedup not measured'})" if best else "; no correct candidate")
-        store.finish_run(run_id, "correct" if best else "no_correct_candidate", reason)
+        run.finish("correct" if best else "no_correct_candidate", reason)
         return SearchResult(run_id, cfg, nodes, reason)
 
     def _first_level(self, cfg: SearchConfig) -> list[_Spec]:
-        n = cfg.width if cfg.algorithm == "parallel" else cfg.branches
-        return [_Spec(f"n{i}", None, 1, i, n) for i in range(n)]
+        return get_algorithm(cfg.algorithm).first(cfg)
 
-    def _next_level(self, cfg: SearchConfig, level: list[NodeRecord], depth: int) -> list[_Spec]:
-        alive = sorted((n for n in level if n.expandable), key=lambda n: n.key)
-        if cfg.algorithm == "parallel":
-            return [_Spec(f"{n.key}.0", n.key, depth, 0, 1) for n in alive]
-        ranked = sorted(alive, key=lambda n: (n.status != "correct", -(n.speedup or 0.0), n.key))[: cfg.beam_width]
-        return [_Spec(f"{n.key}.{i}", n.key, depth, i, cfg.branches) for n in sorted(ranked, key=lambda n: n.key)
-                for i in range(cfg.branches)]
+    def _next_level(self, cfg: SearchConfig, level: list[NodeRecord], depth: int, done: dict[str, NodeRecord]) -> list[_Spec]:
+        return get_algorithm(cfg.algorithm).next(cfg, level, done, depth)
 
     def _run_level(self, store: Any, run_id: str, task: Any, suite: Any, cfg: SearchConfig, specs: list[_Spec],
                    done: dict[str, NodeRecord], pool: Pool) -> list[NodeRecord]:
@@ -332,15 +313,23 @@ class Search:
                         + (f" Other branches of this search took: {', '.join(dict.fromkeys(elsewhere))}." if elsewhere else "")
                         + " Choose a strategy different from the siblings' and the ancestors'.")
                 lineage_text = _lineage_text(lineage)
+                if s.note:  # what the algorithm asks of this node (evolve: a mutation or a crossover of the parents' kernels)
+                    hint += f" This node is a {s.note}."
+                    for key, who in ((parent_key, "parent"), (s.mate_key, "second parent")):
+                        if key and key in done and done[key].code:
+                            lineage_text += f"\nThe {who}'s kernel (node {key}):\n```python\n{done[key].code[:8000]}\n```"
                 ctx = Context(task, cfg.target, [], "\n".join(p for p in (lineage_text and "What the ancestors tried:\n" + lineage_text, hint) if p))
-                plan = choose_plan(planner, ctx, set(chosen) | set(lineage_plans))
+                avoid = set(chosen) | set(lineage_plans)
+                if s.note:  # a population search: a child is a new variant, so no plan any node already took
+                    avoid |= {p for n in done.values() for p in n.plans} | {j.first_plan.name for _, j in jobs}
+                plan = choose_plan(planner, ctx, avoid)
                 if plan is None:
                     log.info("search node %s: the author has no further plan; branch not created", s.key)
                     continue
                 chosen.append(plan.name)
                 jobs.append((s, NodeJob(
                     key=s.key, suite=suite, target=cfg.target, author=self._worker_author(), first_plan=plan, lineage=lineage_text,
-                    hint=hint, avoid=tuple(set(chosen) | set(lineage_plans)), known=known, iterations=cfg.iterations, tune=cfg.tune,
+                    hint=hint, avoid=tuple(avoid | {plan.name}), known=known, iterations=cfg.iterations, tune=cfg.tune,
                     max_trials=cfg.max_trials, max_fixes=cfg.max_fixes, evaluate=self.evaluate,
                     task_locator=dict(task.locator or {}), scales=tuple(task.scales),
                     task=task if isinstance(pool, InlinePool) else None, deadline=self._deadline())))
@@ -388,7 +377,7 @@ class Search:
             status, reason = head.status, head.reason
         speedup = head.speedup if head is not None and status == "correct" else None
         parent_id = done[spec.parent_key].node_id if spec.parent_key else None
-        meta = {"key": spec.key, "parent_key": spec.parent_key, "branch": spec.branch, "first_plan": result.plans[0] if result.plans else "",
+        meta = {"key": spec.key, "parent_key": spec.parent_key, "mate_key": spec.mate_key, "branch": spec.branch, "first_plan": result.plans[0] if result.plans else "",
                 "plans": result.plans, "summaries": [s.summary for s in result.snapshots], "hashes": hashes,
                 "stop_reason": result.stop_reason, "head": head.name if head else "", "config": head.config if head else {}, "duplicate_of": dup_of,
                 "error": result.error}
@@ -404,7 +393,7 @@ class Search:
                                             suite_hash=suite.hash, speedup=s.speedup, result_json=s.result_json)
         log.info("search node %s (%s): %s%s", spec.key, node_id, status, f", speedup {speedup:.2f}x" if speedup else "")
         return NodeRecord(spec.key, node_id, spec.parent_key, spec.depth, status, reason, speedup, head.source if head else "",
-                          meta["first_plan"], result.plans, meta["summaries"], hashes)
+                          meta["first_plan"], result.plans, meta["summaries"], hashes, dict(meta["config"] or {}))
 
     # --- store -------------------------------------------------------------------------
     def _store(self) -> Any:

@@ -16,7 +16,6 @@ import copy
 import dataclasses
 import hashlib
 import importlib
-import inspect
 import logging
 import multiprocessing
 import os
@@ -41,15 +40,11 @@ def code_hash(source: str) -> str:
 
 
 def author_spec(author: Any) -> str | None:
-    """A string that rebuilds ``author`` in another process or a later `mk resume`, or None."""
-    if isinstance(author, str):
-        return author
-    obj = author if (isinstance(author, type) or inspect.isfunction(author)) else None
-    if obj is None and type(author).__name__ == "OfflineAuthorAdapter":
-        return "offline"
-    if obj is None or "<locals>" in obj.__qualname__ or obj.__module__ == "__main__":
-        return None
-    return f"{obj.__module__}:{obj.__qualname__}"
+    """A string that rebuilds ``author`` in another process or a later `mk resume`, or None (see
+    :func:`mk.run.config.author_spec`)."""
+    from mk.run.config import author_spec as spec
+
+    return spec(author) or None
 
 
 def make_author(author: Any) -> Any:
@@ -60,6 +55,10 @@ def make_author(author: Any) -> Any:
             from mk.author.adapter import OfflineAuthorAdapter
 
             return OfflineAuthorAdapter()
+        if author.startswith("lm:"):  # mk's LM author over a model string (its calls are not stored from a worker)
+            from mk.authors import resolve_author
+
+            return resolve_author(author[3:])[0]
         module, _, attr = author.partition(":")
         if not module or not attr:
             raise ConfigError(f"cannot build an author from {author!r}",
@@ -189,11 +188,9 @@ class NodeResult:
 
     @property
     def best(self) -> SnapRecord | None:
-        correct = [s for s in self.snapshots if s.status == "correct"]
-        measured = [s for s in correct if s.speedup is not None]
-        if measured:
-            return max(measured, key=lambda s: s.speedup)
-        return correct[0] if correct else None
+        from mk.run.best import best_of
+
+        return best_of(self.snapshots)
 
     @property
     def head(self) -> SnapRecord | None:

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mk.author.proposal import Proposal
-from mk.errors import ConfigError, TaskError
+from mk.budget import Budget
+from mk.errors import ConfigError
 from mk.harness.results import EvalResult
-from mk.harness.suite import build_suite
 from mk.profile import ProfileReport
 from mk.programs.auto import Attempt, Auto, PhaseResult, Plan, Snapshot, Trajectory
 from mk.task import Task
@@ -83,16 +83,25 @@ class Session:
         from mk.budget import BudgetMeter
 
         meter = budget if isinstance(budget, BudgetMeter) or budget is None else BudgetMeter(budget)
-        self._auto = Auto(_SkipTried(self.author, _resume["tried"] if _resume else []), target=target, iterations=iterations,
+        self._auto = Auto(SkipTried(self.author, _resume["tried"] if _resume else []), target=target, iterations=iterations,
                           evaluate=evaluate, tune=tune, max_trials=max_trials, max_fixes=max_fixes, on_event=on_event,
                           budget=meter if meter is not None else getattr(self.author, "meter", None))
-        suite = _resume["suite"] if _resume else build_suite(task)
+        from mk.run import Run, RunConfig
+        from mk.run.config import author_fields
+
         with self._bound_store() as store:
-            run_id = _resume["run_id"] if _resume else store.create_run(task.fingerprint(), MODE, {
-                "target": target, "author": self.author.name, "suite_hash": suite.hash, "locator": dict(task.locator),
-                "scales": list(task.scales), "iterations": iterations, "tune": tune, "max_trials": max_trials,
-                "max_fixes": max_fixes})
-            self.traj: Trajectory = self._auto.start(task, suite=suite, run_id=run_id, mode=MODE)
+            if _resume:
+                self.run = _resume["run"]
+                self.run.store = store
+                if meter is not None:
+                    self.run.set_config(budget=meter.budget)
+                store.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", [self.run.id])
+            else:
+                self.run = Run.create(store, task, RunConfig(
+                    mode=MODE, target=target, **author_fields(self.author), iterations=iterations, tune=tune,
+                    max_trials=max_trials, max_fixes=max_fixes, budget=meter.budget if meter is not None else Budget()))
+            self.traj: Trajectory = self._auto.start(task, run=self.run)
+        self.task = self.traj.task
         if _resume:
             self.traj.snapshots = _resume["snapshots"]
             self.traj.parent = next((s.node_id for s in reversed(self.traj.snapshots) if s.node_id), None)
@@ -104,39 +113,24 @@ class Session:
                evaluate: Callable[..., EvalResult] | None = None,
                on_event: Callable[[str, dict[str, Any]], None] | None = None, budget: Any = None) -> "Session":
         """Rebuild the session of ``run_id`` from the store and continue at the next plan (``budget``: a new
-        :class:`mk.budget.Budget` for what is left to do)."""
-        from mk.loaders import load_task
+        :class:`mk.budget.Budget` for what is left to do). The task is loaded again with the run's own scales and
+        its frozen suite must be unchanged; the author is rebuilt from the run's spec unless ``author`` is given."""
+        from mk.run import Run
+        from mk.run.config import build_author
+        from mk.run.modes import restore_snapshots
 
         spec, shared = _store_spec(db)
         with _open(spec, shared) as store:
-            run = store.find_run(run_id)
-            run_id = run["id"]
-            cfg = dict(run.get("config") or {})
-            locator = cfg.get("locator") or _locator_from_task_row(store.get_task(run["task_fingerprint"] or ""))
-            snapshots, tried = _restore(store, run_id)
-        if author is None and cfg.get("author") not in (None, _offline_author().name):
-            raise ConfigError(f"run {run_id} was driven by the {cfg['author']!r} author", hint="pass author= to resume it")
-        if not locator:
-            raise TaskError(f"run {run_id} does not record where its task lives, so it cannot be resumed",
-                            hint="start a new run on the task (mk optimize TASK, or Session(task) in Python)")
-        full = load_task(locator)
-        # a HITL run records the scales it kept; for another run try each single scale, then all of them
-        choices = [cfg["scales"]] if cfg.get("scales") else [[n] for n in full.scales] + ([list(full.scales)] if len(full.scales) > 1 else [])
-        for scales in choices:
-            task = full.with_scales({n: full.scale(n) for n in scales})
-            suite = build_suite(task)
-            if not cfg.get("suite_hash") or suite.hash == cfg["suite_hash"]:
-                break
-        if run.get("task_fingerprint") and task.fingerprint() != run["task_fingerprint"]:
-            log.warning("the task's source changed since run %s; resuming because its frozen suite is unchanged", run_id)
-        if cfg.get("suite_hash") and suite.hash != cfg["suite_hash"]:
-            raise TaskError(f"the task's frozen suite changed since run {run_id} (was {cfg['suite_hash'][:12]}, now {suite.hash[:12]}); "
-                            "results judged on another suite cannot be continued", path=task.source,
-                            hint="start a new Session on the task as it is now")
-        return cls(task, target=cfg.get("target", "tpu"), author=author, db=db, iterations=iterations or cfg.get("iterations", 4),
-                   tune=cfg.get("tune", True), max_trials=cfg.get("max_trials", 6), max_fixes=cfg.get("max_fixes", 2),
-                   evaluate=evaluate, on_event=on_event, budget=budget,
-                   _resume={"run_id": run_id, "suite": suite, "snapshots": snapshots, "tried": tried})
+            run = Run.reopen(store, run_id)
+            snapshots = restore_snapshots(store, run.id)
+            if author is None:
+                author = build_author(run.config.author, store=store, run_id=run.id, name=run.config.author_name)
+        cfg = run.config
+        if iterations:
+            run.config = cfg.replace(iterations=iterations)
+        return cls(run.task, target=cfg.target, author=author, db=db, iterations=iterations or cfg.iterations,
+                   tune=cfg.tune, max_trials=cfg.max_trials, max_fixes=cfg.max_fixes, evaluate=evaluate, on_event=on_event,
+                   budget=budget, _resume={"run": run, "snapshots": snapshots, "tried": [s.proposal for s in snapshots]})
 
     # --- state ---------------------------------------------------------------------
     @property
@@ -231,10 +225,17 @@ class Session:
         a.failure, a.next_phase = None, last.phase
         return last.phase
 
+    def outcome(self, status: str | None = None) -> Any:
+        """How the session stands, as every mode reports it (:class:`mk.run.service.Outcome`)."""
+        from mk.run.modes import outcome_of
+
+        reason = self.traj.stop_reason or f"stopped by the user after {len(self.snapshots)} snapshots (resume: {self.run.resume_command()})"
+        return outcome_of(self.traj, self.author, status, reason)
+
     def save(self, path: str | Path) -> Path:
         """Write the best kernel (with mk's provenance header and its tuned config) to ``path``."""
         from mk.harness.envelope import Envelope
-        from mk.job import with_provenance
+        from mk.run.output import with_provenance
         from mk.targets import get_target
 
         best = self.best
@@ -276,13 +277,16 @@ class Session:
         run, what is kept and ``resume``, the command that continues it (default ``mk hitl --resume RUN``)."""
         with self._store() as store:
             return store.interrupt_run(self.run_id, f"its {len(self.snapshots)} snapshots are kept",
-                                       resume or f"mk hitl --resume {self.run_id}")
+                                       resume or self.run.resume_command())
 
     @contextlib.contextmanager
     def _bound_store(self) -> Iterator[Any]:
         """The store, lent to Auto for the duration of one phase (Auto writes nodes, evaluations and trials to it)."""
         with self._store() as store:
             self._auto.store = store
+            run = getattr(self, "run", None)
+            if run is not None:
+                run.store = store
             try:
                 yield store
             finally:
@@ -295,7 +299,7 @@ class Session:
 
 
 # --- the author, as seen on a resumed session ----------------------------------------------
-class _SkipTried:
+class SkipTried:
     """Delegates to ``author``; on a resumed session, skips a plan named like one already snapshotted (once per name)."""
 
     def __init__(self, author: Any, tried: list[str]):
@@ -340,38 +344,6 @@ def _open(path: Any, shared: Any) -> Iterator[Any]:
 
     with Store.open(path) as store:
         yield store
-
-
-def _locator_from_task_row(row: dict[str, Any] | None) -> dict[str, str] | None:
-    if not row or not row.get("source") or row.get("kind") == "callable":
-        return None
-    return {"kind": row["kind"], "path": row["source"], "id": row["name"]}
-
-
-def _restore(store: Any, run_id: str) -> tuple[list[Snapshot], list[str]]:
-    """The run's snapshots as Auto made them, and the proposal names already tried."""
-    nodes = {n["id"]: n for n in store.nodes(run_id)}
-    evals: dict[str, dict[str, Any]] = {}
-    for e in store.query("SELECT node_id, reason, result FROM evaluations WHERE run_id = ? ORDER BY created_at", [run_id]):
-        if e["node_id"]:
-            evals[e["node_id"]] = e
-    snaps = []
-    for row in store.snapshots(run_id):
-        node = nodes.get(row["node_id"] or "", {})
-        ev = evals.get(row["node_id"] or "", {})
-        prof = row.get("profile") or {}
-        meta = node.get("meta") or {}
-        result = ev.get("result")
-        snaps.append(Snapshot(
-            iteration=int(row["iteration"]), proposal=meta.get("name") or f"iteration {row['iteration']}",
-            rationale=row.get("plan") or "", source=row.get("code") or "", config=dict(prof.get("config") or {}),
-            status=row["status"], reason=node.get("reason") or ev.get("reason") or "", speedup=row.get("speedup"),
-            result=(EvalResult.model_validate_json(result) if isinstance(result, str) else EvalResult.model_validate(result))
-            if result else None,
-            node_id=row["node_id"], tuning_note=prof.get("tuning") or "", failed_phase=prof.get("failed_phase"),
-            profile=ProfileReport.model_validate(prof["report"]) if prof.get("report") else None,
-            feedback=prof.get("feedback") or ""))
-    return snaps, [s.proposal for s in snaps]
 
 
 # --- rendering -------------------------------------------------------------------------------

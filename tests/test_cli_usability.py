@@ -70,7 +70,7 @@ def test_ctrl_c_marks_the_auto_run_interrupted(files, capsys, monkeypatch):
     def interrupted(self, *a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Auto, "run", interrupted)
+    monkeypatch.setattr(Auto, "step", interrupted)  # Ctrl-C in the middle of a phase
     db = files / "db.duckdb"
     code = main(["optimize", str(files / "task_tanh.py"), "--lm", "offline", "--target", "tpu", "--scale", "ci",
                  "--db", str(db), "--out", str(files / "out")])
@@ -135,7 +135,7 @@ def test_unusable_lm_is_a_usage_error_and_fails_the_run(files, capsys, monkeypat
     def no_key(self, *a, **k):
         raise LMNotConfiguredError("[gemini/x] no API key found for provider 'gemini'")
 
-    monkeypatch.setattr(Auto, "run", no_key)
+    monkeypatch.setattr(Auto, "step", no_key)
     db = files / "db.duckdb"
     code = main(["optimize", str(files / "task_tanh.py"), "--lm", "offline", "--target", "tpu", "--scale", "ci",
                  "--db", str(db), "--out", str(files / "out")])

@@ -18,13 +18,17 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax.py"
 pytestmark = pytest.mark.slow
 
 
-def _interrupt(args, tmp_path, wait_for: str, stdin: str | None = None):
-    """Start `mk ARGS`, send SIGINT once ``wait_for`` shows in its output, and return (returncode, stdout, stderr)."""
+def _interrupt(args, tmp_path, wait_for: str, stdin: str | None = None, sig=signal.SIGINT, stdout_marks: bool = False):
+    """Start `mk ARGS`, send ``sig`` once ``wait_for`` shows in its stderr (or, with ``stdout_marks``, in either
+    output), and return (returncode, stdout, stderr)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "mk", *args], stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+        if stdout_marks:
+            err.close()
+            err = open(err_path, "w")
+        proc = subprocess.Popen([sys.executable, "-m", "mk", *args], stdout=err if stdout_marks else subprocess.PIPE, stderr=err,
+                                text=True, env=env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
         seen = ""
         deadline = time.monotonic() + 300
         if stdin is not None:
@@ -37,7 +41,7 @@ def _interrupt(args, tmp_path, wait_for: str, stdin: str | None = None):
             time.sleep(0.2)
         assert wait_for in err_path.read_text(), err_path.read_text()[-2000:]
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=120)
     return proc.returncode, out, err_path.read_text()
 
@@ -78,3 +82,35 @@ def test_ctrl_c_in_hitl_names_its_own_resume_command(tmp_path):
                            input="a\n" * 40, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert list(Path(out).glob("softmax_tpu.py"))
+
+
+def test_sigterm_ends_a_run_like_ctrl_c(tmp_path):
+    db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
+    args = ["-v", "optimize", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out]
+    rc, _, err = _interrupt(args, tmp_path, "mk.harness.isolation", sig=signal.SIGTERM)
+    assert rc == 130 and " interrupted; " in err and f"continue it with: mk resume " in err, err[-2000:]
+    with Store.open(db) as store:
+        assert store.get_run(_run_id(err))["status"] == "interrupted"
+
+
+def test_sigkill_then_resume_keeps_the_snapshots_and_redoes_none(tmp_path):
+    """A killed process cannot mark its run; `mk resume` still continues it from what was written."""
+    db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
+    args = ["-v", "optimize", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out,
+            "--iterations", "3", "--trials", "0"]
+    _interrupt(args, tmp_path, "mk.harness.isolation", sig=signal.SIGKILL)  # mid-judging: nothing can mark the run
+    with Store.open(db) as store:
+        (run,) = store.list_runs()
+        kept = store.snapshots(run["id"])
+        codes = [s["code"] for s in kept]
+    assert run["status"] == "running", run
+    again = subprocess.run([sys.executable, "-m", "mk", "resume", run["id"], "--db", db, "--json"],
+                           capture_output=True, text=True, timeout=600)
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    assert summary["resumed_from"] == len(kept) and summary["status"] == "correct", (summary, again.stderr[-2000:])
+    assert summary["report_path"].startswith(out) and Path(summary["report_path"]).is_file()  # the run's own --out
+    with Store.open(db) as store:
+        after = store.snapshots(run["id"])
+        assert store.get_run(run["id"])["status"] == "correct"
+    assert [s["code"] for s in after[:len(kept)]] == codes  # nothing lost
+    assert len({s["code"] for s in after}) == len(after)  # nothing tried twice

@@ -55,7 +55,7 @@ def test_beam_expands_the_best_and_never_reevaluates_a_duplicate(task, tmp_path)
         assert len(store.snapshots(res.run_id)) == 6
         run = store.get_run(res.run_id)
         assert run["status"] == "correct" and "best: node n1.2" in run["reason"]
-        assert run["config"]["search"]["algorithm"] == "beam" and run["config"]["author"] == "test_search_support:ScriptedAuthor"
+        assert run["config"]["settings"]["algorithm"] == "beam" and run["config"]["author"] == "test_search_support:ScriptedAuthor"
 
 
 def test_greedy_follows_one_line_and_children_see_the_lineage(task, tmp_path):
@@ -192,3 +192,51 @@ def test_ray_backend_on_a_local_instance(task, tmp_path):
         assert res.best.speedup == 2.0
     finally:
         ray.shutdown()
+
+
+def test_evolve_keeps_elites_per_niche_mutates_and_crosses_over_and_resumes(task, tmp_path):
+    seen = []
+
+    class Recording(sup.ScriptedAuthor):
+        def plan(self, ctx):
+            seen.append(ctx.feedback)
+            return super().plan(ctx)
+
+    db = tmp_path / "e.duckdb"
+    with Store.open(db) as store:
+        res = Search(Recording, algorithm="evolve", width=2, depth=2, branches=1, target="cpu", workers="inline",
+                     evaluate=sup.stub_evaluate, store=store, tune=False).run(task)
+        rows = {r["meta"]["key"]: r for r in store.nodes(res.run_id)}
+        run = store.get_run(res.run_id)
+    by_key = {n.key: n for n in res.nodes}
+    assert [k for k in by_key if by_key[k].depth == 1] == ["n0", "n1"]  # the seed population
+    (cross,) = [k for k, r in rows.items() if r["meta"].get("mate_key")]
+    assert cross == "n1.g2x" and rows[cross]["meta"]["mate_key"] == "n0"  # the two fastest elites of different niches
+    assert any("crossover: combine" in f and "second parent's kernel (node n0)" in f and sup.SLOW.strip() in f for f in seen)
+    assert any("mutation: rewrite the parent's kernel" in f and "The parent's kernel" in f for f in seen)
+    # children are new variants: no plan any node already took is tried again
+    assert by_key[cross].plan == "wrong" and res.best.plan == "fast" and res.best.speedup == 3.0
+    assert run["status"] == "correct" and "evolve search finished" in run["reason"]
+    # resumable like the others: drop generation 2, resume, get the same children back
+    with Store.open(db) as store:
+        deep = [r["id"] for k, r in rows.items() if r["depth"] > 1]
+        for table, col in (("evaluations", "node_id"), ("snapshots", "node_id"), ("edges", "child_id"), ("nodes", "id")):
+            store.executemany(f"DELETE FROM {table} WHERE {col} = ?", [[i] for i in deep])
+        again = Search.resume(res.run_id, store=store, author=Recording, evaluate=sup.stub_evaluate)
+    assert sorted(n.key for n in again.nodes) == sorted(by_key) and again.best.plan == "fast"
+
+
+def test_evolve_through_the_cli_offline(tmp_path):
+    from mk.cli import main
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "softmax.py"
+    db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
+    rc = main(["optimize", str(example), "--lm", "offline", "--target", "cpu", "--scale", "ci", "--mode", "search",
+               "--algorithm", "evolve", "--width", "1", "--depth", "2", "--branches", "1", "--workers", "inline",
+               "--trials", "0", "--db", db, "--out", out, "--json"])
+    report = json.loads(next(Path(out).glob("*.report.json")).read_text())
+    assert report["mode"] == "search" and "evolve search" in report["stop_reason"], report["stop_reason"]
+    with Store.open(db) as store:
+        (run,) = store.list_runs()
+        assert run["config"]["settings"]["algorithm"] == "evolve" and run["status"] == report["status"]
+    assert rc == (0 if report["status"] == "correct" else 1)

@@ -45,6 +45,8 @@ class MethodConfig:
     measure: bool = True
     search: dict[str, Any] = field(default_factory=dict)
     on_event: Callable[[str, dict[str, Any]], None] | None = None
+    #: the benchmark's BudgetMeter (None: unlimited), checked between phases, samples and search levels
+    budget: Any = None
 
     def judge(self) -> Callable[..., Any]:
         if self.evaluate is not None:
@@ -81,12 +83,22 @@ def _declined(method: str, task: Task, author: Any, cfg: MethodConfig) -> TaskRo
     """The author proposed nothing: a run (mode ``bench``, status ``declined``) that records why; no suite is built."""
     why = getattr(author, "declined", None) or {}
     reason = ("the author made no proposal: " + "; ".join(f"{k}: {v}" for k, v in why.items())) if why else "the author made no proposal"
-    run_id = None
-    if cfg.store is not None:
-        cfg.store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
-        run_id = cfg.store.create_run(task.fingerprint(), "bench", {"method": method, "target": cfg.target, "author": author.name})
-        cfg.store.finish_run(run_id, "declined", reason)
-    return TaskRow(method, task.name, "declined", reason, run_id=run_id, fingerprint=task.fingerprint())
+    run = _bench_run(task, author, cfg, method)
+    if run is not None:
+        run.finish("declined", reason)
+    return TaskRow(method, task.name, "declined", reason, run_id=run.id if run is not None else None, fingerprint=task.fingerprint())
+
+
+def _bench_run(task: Task, author: Any, cfg: MethodConfig, method: str, **settings: Any) -> Any:
+    """The run (mode ``bench``) one method makes on one task, through the run service; None without a store."""
+    if cfg.store is None:
+        return None
+    from mk.run import Run, RunConfig
+    from mk.run.config import author_fields
+
+    return Run.create(cfg.store, task, RunConfig(mode="bench", target=cfg.target, **author_fields(author),
+                                                 iterations=cfg.iterations, tune=cfg.tune, max_trials=cfg.max_trials,
+                                                 max_fixes=cfg.max_fixes, settings={"method": method, **settings}))
 
 
 def compiled_of(result: Any) -> bool:
@@ -107,8 +119,9 @@ def _summarise(row: TaskRow, steps: list[Step], results: list[Any]) -> TaskRow:
     correct = [(s, r) for s, r in zip(steps, results) if s.status == "correct"]
     row.correct = bool(correct)
     if correct:
-        measured = [(s, r) for s, r in correct if s.speedup is not None]
-        best, res = max(measured, key=lambda sr: sr[0].speedup) if measured else correct[0]
+        from mk.run.best import best_of
+
+        best, res = best_of(correct, status=lambda sr: sr[0].status, speedup=lambda sr: sr[0].speedup)
         row.status, row.reason, row.speedup, row.best = "correct", best.reason, best.speedup, best.name
         if best.speedup is None:
             timing = getattr(res, "timing", None) if res is not None else None
@@ -129,10 +142,10 @@ def run_auto(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
     first = author.plan(_fresh_context(task, cfg.target))
     if first is None:
         return _declined("auto", task, author, cfg)
-    suite = build_suite(task)
     auto = Auto(_Primed(author, first), target=cfg.target, iterations=cfg.iterations, evaluate=cfg.judge(), store=cfg.store,
-                tune=cfg.tune, max_trials=cfg.max_trials, max_fixes=cfg.max_fixes, on_event=cfg.on_event)
-    traj = auto.start(task, suite=suite, mode="bench")
+                tune=cfg.tune, max_trials=cfg.max_trials, max_fixes=cfg.max_fixes, on_event=cfg.on_event, budget=cfg.budget)
+    run = _bench_run(task, author, cfg, "auto")
+    traj = auto.start(task, run=run) if run is not None else auto.start(task, suite=build_suite(task))
     while not traj.done:
         auto.step(traj)
     steps = [Step(s.iteration, s.iteration, s.proposal, s.status, compiled_of(s.result), s.speedup, s.reason) for s in traj.snapshots]
@@ -171,17 +184,21 @@ def _best_of_n(task: Task, author: Any, cfg: MethodConfig, samples: bool) -> Tas
     first = author.plan(_fresh_context(task, cfg.target))
     if first is None:
         return _declined("best-of-n", task, author, cfg)
-    suite = build_suite(task)
     store, run_id = cfg.store, None
-    if store is not None:
-        store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
-        store.record_suite(suite.hash, task.fingerprint(), [c.key for c in suite.cases])
-        run_id = store.create_run(task.fingerprint(), "bench", {"method": "best-of-n", "target": cfg.target, "author": author.name,
-                                                                 "samples": cfg.samples, "suite_hash": suite.hash})
+    run = _bench_run(task, author, cfg, "best-of-n", samples=cfg.samples)
+    if run is not None:
+        task, suite = run.freeze(author)
+        run_id = run.id
+    else:
+        suite = build_suite(task)
     steps: list[Step] = []
     results: list[Any] = []
     plan = first
+    spent = None
     for i in range(1, cfg.samples + 1):
+        spent = cfg.budget.exceeded() if cfg.budget is not None else None
+        if spent:
+            break
         sample(i)
         if plan is None:
             plan = author.plan(_fresh_context(task, cfg.target))
@@ -210,8 +227,11 @@ def _best_of_n(task: Task, author: Any, cfg: MethodConfig, samples: bool) -> Tas
                                         suite_hash=suite.hash, speedup=step.speedup, result_json=res.model_dump_json())
         plan = None
     row = _summarise(TaskRow("best-of-n", task.name, "declined", run_id=run_id, fingerprint=task.fingerprint()), steps, results)
-    if store is not None:
-        store.finish_run(run_id, "correct" if row.correct else "no_correct_candidate", f"{len(steps)} independent samples")
+    if run is not None:
+        best = f"; best: {row.best} ({row.speedup:.2f}x)" if row.correct and row.speedup is not None else (
+            f"; best: {row.best} (speed not measured)" if row.correct else "")
+        why = f"budget spent: {spent}; stopped after {len(steps)} of {cfg.samples} samples" if spent else f"{len(steps)} independent samples"
+        run.finish("correct" if row.correct else "no_correct_candidate", why + best)
     row.seconds = time.perf_counter() - t0
     return row
 
@@ -220,7 +240,6 @@ def _best_of_n(task: Task, author: Any, cfg: MethodConfig, samples: bool) -> Tas
 def run_search(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
     """:class:`mk.programs.search.Search` (inline workers) over Auto nodes; ``author`` must be a factory here,
     since the search builds one author per node."""
-    from mk.harness.suite import build_suite
     from mk.programs.search import Search, SearchConfig
     from mk.programs.search_workers import author_spec
 
@@ -233,8 +252,8 @@ def run_search(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
                         **options)
     spec = author_spec(probe)
     search = Search(spec if spec == "offline" else author, config=scfg, evaluate=cfg.evaluate, store=cfg.store,
-                    on_event=cfg.on_event)
-    result = search.run(task, suite=build_suite(task))
+                    on_event=cfg.on_event, budget=cfg.budget)
+    result = search.run(task)
     compiled_runs = _compiled_nodes(cfg.store, result.run_id)
     steps = [Step(i + 1, n.depth, n.plan or n.key, n.status, n.node_id in compiled_runs if compiled_runs is not None
                   else n.status in ("correct", "incorrect"), n.speedup if n.status == "correct" else None, n.reason)

@@ -29,7 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("task", help="an mk task module, a MaxKernel task dir, a JAXBench baseline.py or jaxbench:<id>")
     p.add_argument("--mode", choices=["auto", "hitl", "search"], default="auto",
                    help="auto: one closed-loop trajectory; hitl: pause after every phase (as `mk hitl`); search: many trajectories")
-    p.add_argument("--algorithm", choices=["beam", "parallel", "greedy"], default="beam", help="search algorithm (--mode search)")
+    from mk.programs.search_algorithms import ALGORITHMS
+
+    p.add_argument("--algorithm", choices=list(ALGORITHMS), default="beam",
+                   help="search algorithm (--mode search): " + "; ".join(f"{n}: {a.summary}" for n, a in ALGORITHMS.items()))
     p.add_argument("--width", type=int, default=2, help="search: beam width / number of parallel trajectories")
     p.add_argument("--depth", type=int, default=2, help="search: levels below the root")
     p.add_argument("--branches", type=int, default=2, help="search: children per expanded node")
@@ -62,7 +65,7 @@ def budget_from(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from mk.commands._console import console as make_console
 
     from mk.loaders import load_task
     from mk.job import optimize_task
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
         args.resume = None
         return hitl.run(args)
-    console = Console(stderr=args.json, highlight=False)
+    console = make_console(stderr=args.json)
     task = load_task(args.task)
     if args.scale:
         task = task.with_scales({args.scale: task.scale(args.scale)})

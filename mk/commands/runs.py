@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--workers", choices=["process", "inline", "ray"], default=None, help="override the run's worker backend")
     p.add_argument("--max-workers", type=int, default=None, help="override the run's number of parallel workers")
-    p.add_argument("--lm", default=None, help="the author for an auto/HITL run driven by a model (default: the offline author)")
-    p.add_argument("--out", default="mk-out", help="folder for the best kernel")
+    p.add_argument("--lm", default=None, help="another author than the run's own (default: the run's author, rebuilt from the store)")
+    p.add_argument("--out", default=None, help="folder for the best kernel and the report (default: the run's own --out)")
     add_budget_flags(p, "a new budget: ")
     p.add_argument("--json", action="store_true", help="print the resumed run's summary as JSON")
     p.set_defaults(func=resume)
@@ -51,7 +51,7 @@ def read_store(db: str | None) -> Any:
 
 
 def list_runs(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from mk.commands._console import console
     from rich.table import Table
 
     with read_store(args.db) as store:
@@ -68,12 +68,12 @@ def list_runs(args: argparse.Namespace) -> int:
     for r in rows:
         best = f"{r['best_speedup']:.2f}x" if r["best_speedup"] is not None else "-"
         table.add_row(r["id"][:12], r["task"] or "?", r["mode"], r["status"], str(r["nodes"]), best, str(r["started_at"])[:19])
-    Console(highlight=False).print(table if rows else "no runs in the store yet")
+    console().print(table if rows else "no runs in the store yet")
     return 0
 
 
 def show(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from mk.commands._console import console
 
     with read_store(args.db) as store:
         run = store.find_run(args.run)
@@ -81,140 +81,101 @@ def show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, default=str))
         return 0
-    con = Console(highlight=False)
+    con = console()
+    from rich.markup import escape
+
     con.print(f"[bold]run {run['id']}[/] ({run['mode']}, task {info['task'] or '?'}): {run['status']}")
     if run.get("reason"):
-        con.print(f"  {run['reason']}")
+        con.print(f"  {escape(run['reason'])}")
+    cfg = info["config"]
+    budget = ", ".join(f"{k.replace('max_', '')} {v}" for k, v in (cfg.get("budget") or {}).items() if v is not None) or "none"
+    con.print(f"config: target {cfg.get('target')} · scales {', '.join(cfg.get('scales') or []) or '?'} · author "
+              f"{cfg.get('author_name') or cfg.get('author') or '?'} · iterations {cfg.get('iterations')} · budget {budget}"
+              + (f" · {json.dumps(cfg['settings'])}" if cfg.get("settings") else ""), markup=False)
+    spend = info["lm_spend"]
+    if spend.get("calls"):
+        con.print(f"LM spend: {spend['calls']} calls ({spend['errors']} failed, {spend['cache_hits']} cached), "
+                  f"{spend['input_tokens']} in / {spend['output_tokens']} out tokens, ${spend['cost_usd']:.4f}")
     best = info["best"]
     if best:
         con.print(f"[bold]best node[/] {best['key']} ({best['id'][:12]}): {best['status']}, speedup {_fmt(best['speedup'])}")
-        con.print("lineage: " + " -> ".join(f"{n['key']} [{n['plan']}: {n['status']} {_fmt(n['speedup'])}]" for n in info["lineage"]))
+        if best.get("plan_text"):
+            con.print("  plan: " + best["plan_text"], markup=False)
+        if best.get("config"):
+            con.print(f"  tuned config: {json.dumps(best['config'])}", markup=False)
+        con.print(f"  kernel: {info['kernel_path']}" if info.get("kernel_path") else
+                  f"  kernel: not written to a file (mk show {run['id'][:12]} --code prints it)", markup=False)
+        con.print("lineage: " + " -> ".join(f"{n['key']} [{n['plan']}: {n['status']} {_fmt(n['speedup'])}]" for n in info["lineage"]),
+                  markup=False)
     for n in info["nodes"]:
-        con.print(f"  {'  ' * max(n['depth'] - 1, 0)}{n['key']:<10} {n['plan']:<18} {n['status']:<14} {_fmt(n['speedup']):>8}  {n['reason'][:80]}")
+        con.print(f"  {'  ' * max(n['depth'] - 1, 0)}{n['key']:<10} {n['plan']:<18} {n['status']:<14} {_fmt(n['speedup']):>8}  "
+                  f"{n['reason'][:160]}", markup=False)
     if args.code and best:
         con.print(best["code"], markup=False)
     return 0
 
 
 def resume(args: argparse.Namespace) -> int:
+    """Continue a run in its own mode with its stored config; write its kernel and report like the run would have."""
+    from mk.run.modes import resume as resume_run
+    from mk.run.output import prepare_output_dir, write_outputs
+    from mk.store import Store
+
     with read_store(args.db) as store:
-        run = store.find_run(args.run)
-    if run.get("mode") == "search":
-        summary = _resume_search(args, run)
-    else:
-        summary = _resume_session(args, run)
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(f"run {summary['run_id']}: {summary['status']}; {summary['progress']}; {summary['stop_reason']}")
-        if summary.get("kernel_path"):
-            print(f"kernel: {summary['kernel_path']}")
-    return 0 if summary["status"] == "correct" else 1
-
-
-def _resume_search(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
-    from mk.programs.search import Search
-    from mk.store import Store
-
-    overrides: dict[str, Any] = {}
-    if args.workers:
-        overrides["workers"] = args.workers
-    if args.max_workers:
-        overrides["max_workers"] = args.max_workers
+        row = store.find_run(args.run)
+    stored_out = (row.get("config") or {}).get("out")
+    out_dir = prepare_output_dir(args.out or stored_out)  # checked before any work
+    settings = {k: v for k, v in (("workers", args.workers), ("max_workers", args.max_workers)) if v}
+    unit = "nodes" if row.get("mode") == "search" else "snapshots"
     with Store.open(args.db) as store:
-        before = len(store.nodes(run["id"]))
-        result = Search.resume(run["id"], store=store, **overrides)
-    best = result.best
-    kernel = None
-    if best is not None:
-        from mk.job import Best
-
-        kernel = _write_kernel(args, run, Best(best.code, best.status, best.speedup, best.plan or best.key, {}, best.plan))
-    return {"run_id": result.run_id, "mode": "search", "status": result.status, "nodes": len(result.nodes), "resumed_from": before,
-            "progress": f"{len(result.nodes)} nodes ({before} kept, {len(result.nodes) - before} new)",
-            "best_node": best.key if best else None, "speedup": best.speedup if best else None,
-            "stop_reason": result.stop_reason, "kernel_path": kernel}
-
-
-def _resume_session(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
-    from mk.programs.session import Session
-
-    author = None
-    if args.lm and args.lm != "offline":
-        from mk.authors import resolve_author
-
-        author, _ = resolve_author(args.lm)
-    session = Session.resume(run["id"], db=args.db, author=author, budget=budget_from(args))
-    before = len(session.snapshots)
-    best = session.run_to_end()
-    kernel = _write_kernel(args, run, best, session) if best is not None else None
-    return {"run_id": session.run_id, "mode": run.get("mode"), "status": "correct" if best else "no_correct_candidate",
-            "snapshots": len(session.snapshots), "resumed_from": before,
-            "progress": f"{len(session.snapshots)} snapshots ({before} kept, {len(session.snapshots) - before} new)",
-            "speedup": best.speedup if best else None, "stop_reason": session.traj.stop_reason, "kernel_path": kernel}
-
-
-def _write_kernel(args: argparse.Namespace, run: dict[str, Any], best: Any, session: Any = None) -> str | None:
-    """The resumed run's best kernel, with its provenance header, into --out."""
-    from pathlib import Path
-
-    from mk.job import prepare_output_dir, with_provenance
-    from mk.loaders import load_task
-    from mk.store import Store
-    from mk.targets import get_target
-
-    target = (run.get("config") or {}).get("target") or (run.get("config") or {}).get("search", {}).get("target") or "tpu"
-    envelope = None
-    if session is not None:
-        from mk.harness.envelope import Envelope
-
-        task, suite_hash, envelope = session.task, session.traj.suite_hash, Envelope.of(session.task, session.traj.suite)
+        count = (lambda: len(store.nodes(row["id"]))) if unit == "nodes" else (lambda: len(store.snapshots(row["id"])))
+        before = count()
+        run, outcome = resume_run(store, row["id"], lm=args.lm, budget=budget_from(args), settings=settings)
+        report = write_outputs(run, outcome, out_dir)
+        after = count()
+    summary = {**report.to_dict(), "resumed_from": before, unit: after, "best_node": outcome.best_node,
+               "progress": f"{after} {unit} ({before} kept, {after - before} new)"}
+    if args.json:
+        print(json.dumps(summary, default=str))
     else:
-        from mk.harness.envelope import Envelope
-        from mk.harness.suite import build_suite
-
-        config = run.get("config") or {}
-        locator = config.get("task_locator") or config.get("locator")
-        if not locator:
-            with Store.open(args.db) as store:
-                row = store.get_task(run["task_fingerprint"]) if run.get("task_fingerprint") else None
-            if not row or not row.get("source"):
-                return None
-            locator = row["source"]
-        task = load_task(locator)
-        if config.get("scales"):
-            task = task.with_scales({n: task.scale(n) for n in config["scales"]})
-        suite = build_suite(task)
-        suite_hash = config.get("suite_hash") or suite.hash
-        envelope = Envelope.of(task, suite) if suite.hash == suite_hash else None
-    out = prepare_output_dir(args.out)
-    path = Path(out) / f"{task.name}_{target}.py"
-    path.write_text(with_provenance(best, task, suite_hash, get_target(target), envelope))
-    return str(path)
+        print(f"run {run.id} ({run.config.mode}): {report.status}; {summary['progress']}; {report.stop_reason}")
+        print(f"report: {report.report_path}" + (f"  kernel: {report.kernel_path}" if report.kernel_path else ""))
+    return 0 if report.status == "correct" else 1
 
 
 def describe_run(store: Any, run: dict[str, Any]) -> dict[str, Any]:
     """The run as plain values: its row, every node (key, verdict), the best node and its lineage."""
     task = store.get_task(run["task_fingerprint"]) if run.get("task_fingerprint") else None
+    tuned = {s["node_id"]: (s.get("profile") or {}).get("config") for s in store.snapshots(run["id"]) if s.get("node_id")}
     nodes = []
     for row in store.nodes(run["id"]):
         meta = row.get("meta") or {}
         nodes.append({"id": row["id"], "key": meta.get("key") or row["id"][:8], "parent_id": row["parent_id"], "depth": row["depth"],
                       "plan": meta.get("head") or meta.get("first_plan") or (row.get("plan") or "")[:30], "status": row["status"],
                       "reason": row.get("reason") or "", "speedup": row["speedup"], "code_hash": row["code_hash"], "code": row.get("code") or "",
-                      "duplicate_of": meta.get("duplicate_of")})
-    correct = [n for n in nodes if n["status"] == "correct"]
-    measured = [n for n in correct if n["speedup"] is not None]
-    best = max(measured, key=lambda n: n["speedup"]) if measured else (correct[0] if correct else None)
+                      "duplicate_of": meta.get("duplicate_of"), "plan_text": row.get("plan") or "",
+                      "config": dict(meta.get("config") or tuned.get(row["id"]) or {})})
+    from mk.run.best import best_of
+
+    best = best_of(nodes)
     by_id = {n["id"]: n for n in nodes}
     lineage = []
     cur = best
     while cur is not None:
         lineage.append(cur)
         cur = by_id.get(cur["parent_id"]) if cur["parent_id"] else None
+    config = run.get("config") or {}
+    kernel_path = None
+    if best is not None and task is not None:
+        from pathlib import Path
+
+        target = config.get("target") or (config.get("settings") or {}).get("target") or "tpu"
+        candidate = Path(config.get("out") or "mk-out") / f"{task['name']}_{target}.py"
+        kernel_path = str(candidate) if candidate.is_file() else None
     return {"run": {k: run[k] for k in ("id", "mode", "status", "reason", "config", "started_at", "finished_at")},
-            "task": task["name"] if task else None, "best": best, "lineage": lineage[::-1],
-            "nodes": [{k: v for k, v in n.items() if k != "code"} for n in nodes]}
+            "task": task["name"] if task else None, "best": best, "lineage": lineage[::-1], "config": config,
+            "lm_spend": store.lm_spend(run["id"]), "kernel_path": kernel_path,
+            "nodes": [{k: v for k, v in n.items() if k not in ("code", "plan_text")} for n in nodes]}
 
 
 def _fmt(speedup: Any) -> str:

@@ -1,0 +1,162 @@
+"""Driving a run in its mode, the same way when it starts and when it is resumed.
+
+:func:`drive` runs an ``auto`` or ``search`` run to its end and returns its :class:`~mk.run.service.Outcome`;
+:func:`resume` reopens a stored run (its exact :class:`~mk.run.config.RunConfig`, author rebuilt from its spec,
+suite checked) and drives what is left. Faults end here: Ctrl-C marks the run ``interrupted`` with the exact
+resume command; a model that cannot be used at all marks it ``failed`` and raises a typed error; a model that
+fails after its retries ends the trajectory ``failed`` with the best kernel so far kept (see ``Auto.step``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from mk.errors import ConfigError
+from mk.run.output import Best
+from mk.run.service import Outcome, Run
+
+log = logging.getLogger(__name__)
+
+Events = Callable[[str, dict[str, Any]], None] | None
+
+
+def drive(run: Run, author: Any, *, meter: Any = None, on_event: Events = None, snapshots: list[Any] | None = None) -> Outcome:
+    """Run ``run`` (mode ``auto`` or ``search``) to its end with ``author``; ``snapshots`` continue an auto run."""
+    try:
+        if run.config.mode == "search":
+            return _search(run, author, meter, on_event)
+        if run.config.mode in ("auto", "hitl"):
+            return _auto(run, author, meter, on_event, snapshots)
+        raise ConfigError(f"a {run.config.mode!r} run is not driven here", hint="mk bench runs its own methods")
+    except Exception as exc:
+        unusable = unusable_lm(exc)
+        if unusable is None:
+            raise
+        run.fail(f"the language model cannot be used: {str(exc).splitlines()[0][:300]}")
+        raise unusable from None
+
+
+def _auto(run: Run, author: Any, meter: Any, on_event: Events, snapshots: list[Any] | None) -> Outcome:
+    from mk.programs.auto import Attempt, Auto
+    from mk.programs.session import SkipTried
+
+    cfg = run.config
+    if snapshots:
+        author = SkipTried(author, [s.proposal for s in snapshots])
+    auto = Auto(author, target=cfg.target, iterations=cfg.iterations, store=run.store, tune=cfg.tune, max_trials=cfg.max_trials,
+                max_fixes=cfg.max_fixes, budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
+    try:
+        traj = auto.start(run.task, run=run)
+        if snapshots:
+            traj.snapshots = list(snapshots)
+            traj.parent = next((s.node_id for s in reversed(snapshots) if s.node_id), None)
+            traj.attempt = Attempt(max(s.iteration for s in snapshots) + 1)
+        while not traj.done:
+            auto.step(traj)
+    except KeyboardInterrupt:  # keep what was written, and say so in the run's row instead of leaving it 'running'
+        raise run.interrupt(f"its snapshots and trials are kept (mk show {run.id})") from None
+    return outcome_of(traj, author)
+
+
+def outcome_of(traj: Any, author: Any, status: str | None = None, reason: str | None = None) -> Outcome:
+    """The :class:`Outcome` of an Auto trajectory (auto, HITL and resumed runs alike)."""
+    b = traj.best
+    best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale) if b else None
+    rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
+             "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]
+    return Outcome(traj.run_id, status or traj.status, reason or traj.stop_reason, best, rows,
+                   dict(getattr(author, "declined", {}) or {}))
+
+
+def _search(run: Run, author: Any, meter: Any, on_event: Events) -> Outcome:
+    from mk.programs.search import Search, SearchConfig
+
+    cfg = SearchConfig.from_dict({**run.config.settings, "target": run.config.target})
+    offline = getattr(author, "name", author) == "offline"
+    if not offline and not isinstance(author, str) and cfg.workers != "inline":
+        cfg = SearchConfig.from_dict({**cfg.to_dict(), "workers": "inline"})  # an LM author holds a live client
+    search = Search("offline" if offline else author, config=cfg, store=run.store, on_event=on_event,
+                    budget=meter if meter is not None else getattr(author, "meter", None))
+    result = search.run(run.task, run=run)
+    n = result.best
+    best = Best(n.code, n.status, n.speedup, n.plan or n.key, dict(n.config), n.plan) if n else None
+    rows = [{"node": x.key, "depth": x.depth, "status": x.status, "reason": x.reason, "speedup": x.speedup} for x in result.nodes]
+    return Outcome(run.id, result.status, result.stop_reason, best, rows, best_node=n.key if n else None)
+
+
+def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget: Any = None, on_event: Events = None,
+           settings: dict[str, Any] | None = None, task: Any = None) -> tuple[Run, Outcome]:
+    """Continue the stored run ``ident`` in its own mode with its own config (``settings`` override search settings,
+    ``budget`` is a new :class:`mk.budget.Budget` for what is left). ``lm`` / ``author`` replace the stored author."""
+    from mk.budget import BudgetMeter
+    from mk.run.config import build_author
+
+    run = Run.reopen(store, ident, task=task)
+    if run.config.mode == "bench":
+        raise ConfigError(f"run {run.id} is one method of a benchmark", hint="run `mk bench` again; its finished tasks are in its report")
+    meter = BudgetMeter(budget) if budget is not None else None
+    if author is None:
+        if lm is not None:
+            from mk.authors import resolve_author
+
+            author, _ = resolve_author(lm, store=store, run_id=run.id, budget=meter)
+        else:
+            author = build_author(run.config.author, store=store, run_id=run.id, budget=meter)
+    changes: dict[str, Any] = {}
+    if budget is not None:
+        changes["budget"] = budget
+    if settings:
+        changes["settings"] = {**run.config.settings, **settings}
+    if changes:
+        run.set_config(**changes)
+    store.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", [run.id])
+    if run.config.mode == "search":
+        return run, drive(run, author, meter=meter, on_event=on_event)
+    snapshots = restore_snapshots(store, run.id)
+    return run, drive(run, author, meter=meter, on_event=on_event, snapshots=snapshots)
+
+
+def restore_snapshots(store: Any, run_id: str) -> list[Any]:
+    """The run's snapshots as Auto made them (plan, code, verdict, tuned config, profile), oldest first."""
+    from mk.harness.results import EvalResult
+    from mk.profile import ProfileReport
+    from mk.programs.auto import Snapshot
+
+    nodes = {n["id"]: n for n in store.nodes(run_id)}
+    evals: dict[str, dict[str, Any]] = {}
+    for e in store.query("SELECT node_id, reason, result FROM evaluations WHERE run_id = ? ORDER BY created_at", [run_id]):
+        if e["node_id"]:
+            evals[e["node_id"]] = e
+    snaps = []
+    for row in store.snapshots(run_id):
+        node = nodes.get(row["node_id"] or "", {})
+        ev = evals.get(row["node_id"] or "", {})
+        prof = row.get("profile") or {}
+        meta = node.get("meta") or {}
+        result = ev.get("result")
+        snaps.append(Snapshot(
+            iteration=int(row["iteration"]), proposal=meta.get("name") or f"iteration {row['iteration']}",
+            rationale=row.get("plan") or "", source=row.get("code") or "", config=dict(prof.get("config") or {}),
+            status=row["status"], reason=node.get("reason") or ev.get("reason") or "", speedup=row.get("speedup"),
+            result=(EvalResult.model_validate_json(result) if isinstance(result, str) else EvalResult.model_validate(result))
+            if result else None,
+            node_id=row["node_id"], tuning_note=prof.get("tuning") or "", failed_phase=prof.get("failed_phase"),
+            profile=ProfileReport.model_validate(prof["report"]) if prof.get("report") else None,
+            feedback=prof.get("feedback") or ""))
+    return snaps
+
+
+def unusable_lm(exc: BaseException) -> ConfigError | None:
+    """A ConfigError saying what to do when ``exc`` means the LM cannot be used at all (no key, bad key, no
+    billing), else None. Transient LM errors (rate limits, timeouts) are not this."""
+    try:
+        from dspy.utils.exceptions import (LMAuthError, LMBillingError, LMConfigurationError, LMInvalidRequestError,
+                                           LMUnsupportedModelError)
+    except ImportError:  # pragma: no cover - another DSPy version
+        return None
+    if not isinstance(exc, (LMAuthError, LMBillingError, LMConfigurationError, LMUnsupportedModelError)) and not (
+            isinstance(exc, LMInvalidRequestError) and "model" in str(exc).lower()):
+        return None
+    return ConfigError(f"the language model cannot be used: {str(exc).splitlines()[0]}",
+                       hint="set the provider's API key (e.g. GEMINI_API_KEY), pick another --lm, or use --lm offline")

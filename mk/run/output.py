@@ -1,0 +1,158 @@
+"""What every mode writes at the end of a run: the kernel file and the JSON report.
+
+:func:`write_outputs` takes a :class:`mk.run.service.Run` and its :class:`mk.run.service.Outcome` and writes
+``<task>_<target>.py`` (the best kernel with its provenance header, tuned config and envelope guard, see
+:func:`with_provenance`) and ``<task>_<target>.report.json`` into the output folder. Auto, search, HITL and
+``mk resume`` all end here, so their reports have one shape and the same stop reason as the run's row.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mk import __version__
+from mk.errors import ConfigError
+from mk.task import Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Best:
+    """The kept candidate, whichever mode found it (its tuned config included)."""
+
+    source: str
+    status: str
+    speedup: float | None
+    proposal: str
+    config: dict[str, Any]
+    rationale: str
+
+
+@dataclass
+class OptimizeReport:
+    status: str
+    run_id: str | None
+    task: str
+    target: str
+    suite_hash: str
+    kernel_path: str | None
+    report_path: str | None
+    speedup: float | None
+    stop_reason: str
+    author: str
+    best: dict[str, Any] | None
+    iterations: list[dict[str, Any]]
+    declined: dict[str, str]
+    #: what the kept kernel was verified on (:class:`mk.harness.envelope.Envelope` as a dict)
+    envelope: dict[str, Any] | None = None
+    mode: str = "auto"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def prepare_output_dir(out: str | Path | None) -> Path:
+    """The folder for the kernel and report (default ``mk-out``), created now; ConfigError when it cannot be written."""
+    out_dir = Path(out).expanduser() if out else Path("mk-out")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".mk-write-check-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write to the output folder {out_dir}: {exc}",
+                          hint="pass --out (out=) a folder you can write to") from None
+    return out_dir
+
+
+def write_outputs(run: Any, outcome: Any, out: str | Path | None, *, author: str = "") -> OptimizeReport:
+    """Write the run's best kernel (when it has one) and its report into ``out``; return the report."""
+    from mk.harness.envelope import Envelope
+    from mk.targets import get_target
+
+    out_dir = Path(out).expanduser() if out else Path("mk-out")
+    cfg, task, best = run.config, run.task, outcome.best
+    target = get_target(cfg.target)
+    envelope = Envelope.of(task, run.suite) if run.suite is not None else None
+    kernel_path = out_dir / f"{task.name}_{cfg.target}.py" if best is not None else None
+    report = OptimizeReport(
+        status=outcome.status, run_id=run.id, task=task.name, target=cfg.target,
+        suite_hash=run.suite.hash if run.suite is not None else (cfg.suite_hash or ""),
+        kernel_path=str(kernel_path) if kernel_path else None, report_path=str(out_dir / f"{task.name}_{cfg.target}.report.json"),
+        speedup=best.speedup if best else None, stop_reason=outcome.stop_reason, author=author or cfg.author,
+        best={"proposal": best.proposal, "config": best.config, "rationale": best.rationale} if best else None,
+        iterations=list(outcome.rows), declined=dict(outcome.declined),
+        envelope=envelope.to_dict() if best and envelope is not None else None, mode=cfg.mode,
+    )
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if best is not None and kernel_path is not None:
+            kernel_path.write_text(with_provenance(best, task, report.suite_hash, target, envelope))
+        Path(report.report_path).write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    except OSError as exc:
+        raise ConfigError(f"cannot write the results to {out_dir}: {exc}",
+                          hint=f"the run is kept in the store: `mk show {run.id} --code` prints the best kernel") from None
+    return report
+
+
+def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelope: Any = None) -> str:
+    """The kernel's source with mk's provenance header: what was measured and what was not, the verified envelope
+    in words (and, with ``envelope``, a guard that refuses to trace outside it), the tuned config as the default."""
+    measured = target.device_present()
+    device = target.device_kind() or f"none of kind {target.name} (checked on this CPU)"
+    speed = f"{best.speedup:.3f}x over the reference, measured on {device}" if best.speedup is not None else (
+        f"not measured (no {target.name.upper()} device here; correctness ran in {target.mode()} mode)")
+    scales = list(task.scales)
+    where = task.locator.get("id") if task.locator.get("kind") == "builtin" else (task.source or task.locator.get("id") or task.name)
+    again = f"mk eval {where} THIS_FILE --target {target.name}"
+    if len(scales) == 1:
+        again += f" --scale {scales[0]}"
+    if task.kind == "callable":  # a Python function has no task file mk eval could load
+        again = "call mk.optimize on the same function and shapes with cache=False (it judges the kernel again)"
+    header = [
+        f"# mk {__version__} kernel for task {task.name!r}" + (f" ({task.source})" if task.source else ""),
+        f"# target: {target.name}; device: {device}",
+        f"# verdict: {best.status} on frozen suite {suite_hash}",
+        f"#   reproduce: {again}" + (" (a pure-JAX rewrite: add --pure-jax)" if target.name != "cpu" and "pallas_call" not in best.source else ""),
+        f"# speedup: {speed}",
+        f"# author: {best.proposal}",
+    ]
+    if best.config:
+        tuned = "tuned by timing on " + device if measured else (
+            f"not tuned: chosen without a {target.name.upper()} device, so it is the kernel's default, not a measured best")
+        header.append(f"# config: {json.dumps(best.config)} ({tuned})")
+    if envelope is not None:
+        synthesized = [c for c in envelope.points if c not in task.scales and c not in envelope.heldout]
+        if synthesized:
+            header[3] += (f" rebuilds the task's own suite; this run's suite also had synthesized cases at "
+                          f"{', '.join(synthesized)} (its cases are kept in the store)")
+        header.append("# envelope (outside it the kernel raises a ValueError when traced):")
+        header += [f"#   {line}" for line in envelope.lines()]
+    else:
+        header.append("# envelope: not recorded for this run; judge the kernel on your shapes with mk eval before use")
+    header.append("")
+    from mk.candidate import Candidate
+
+    entry = Candidate.from_source(best.source).entry  # kernel, or workload / computation
+    footer = []
+    if best.config:
+        footer = [
+            "",
+            "",
+            "# --- mk: the chosen CONFIG_SPACE point becomes the default ---",
+            f"TUNED_CONFIG = {best.config!r}",
+            f"_untuned_{entry} = {entry}",
+            "",
+            "",
+            f"def {entry}(*args, **kwargs):",
+            f"    return _untuned_{entry}(*args, **{{**TUNED_CONFIG, **kwargs}})",
+            "",
+        ]
+    guard = envelope.guard_source(entry) if envelope is not None else ""
+    return "\n".join(header) + best.source.rstrip("\n") + "\n" + "\n".join(footer) + guard

@@ -1,0 +1,178 @@
+"""The run service (mk/run): one RunConfig stored with every run, one rule for "best", one stop reason on every
+surface, and reopening a run with its exact scales, synthesised cases and a suite-hash check."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mk.budget import Budget
+from mk.errors import ConfigError, TaskError, TargetError
+from mk.harness.suite import Case
+from mk.run import Run, RunConfig, best_of
+from mk.run.config import author_fields, build_author
+from mk.store import Store
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax.py"
+
+TASK_MODULE = '''
+import jax.numpy as jnp
+from mk.task import ArgSpec, Scale, Task, Tolerance
+
+
+def tanh2(x):
+    return jnp.tanh(x) * {factor}
+
+
+TASK = Task("tanh2", tanh2, (ArgSpec("x", ("M", "N"), "float32"),),
+            {{"ci": Scale("ci", {{"M": 16, "N": 128}}), "big": Scale("big", {{"M": 64, "N": 256}})}},
+            tolerance=Tolerance(1e-5, 1e-5))
+'''
+
+
+@pytest.fixture
+def task_file(tmp_path):
+    path = tmp_path / "tanh2_task.py"
+    path.write_text(TASK_MODULE.format(factor="2.0"))
+    return path
+
+
+def _ci(path):
+    from mk.loaders import load_task
+
+    full = load_task(path)
+    return full.with_scales({"ci": full.scale("ci")})
+
+
+# --- RunConfig ---------------------------------------------------------------------------------
+def test_run_config_round_trips_and_reads_earlier_shapes():
+    cfg = RunConfig(mode="search", target="gpu", locator={"kind": "module", "path": "/x.py", "id": "x"}, scales=("ci",),
+                    author="offline", budget=Budget(max_wall_s=5.0), settings={"algorithm": "beam", "width": 3}, out="o")
+    again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg and again.budget.max_wall_s == 5.0 and again.scales == ("ci",)
+    # a search run stored by an earlier version: task_locator, search at the top level, the target inside it
+    old = RunConfig.from_dict({"search": {"algorithm": "greedy", "target": "cpu"}, "task_locator": {"kind": "builtin", "id": "x"},
+                               "author": "offline", "suite_hash": "abc"}, mode="search")
+    assert (old.target, old.settings["algorithm"], old.locator["kind"], old.suite_hash) == ("cpu", "greedy", "builtin", "abc")
+    with pytest.raises(ConfigError, match="unknown run mode"):
+        RunConfig(mode="nope")
+    with pytest.raises(TargetError):
+        RunConfig(mode="auto", target="fpga")
+
+
+def test_author_specs_rebuild_or_say_why_not():
+    from mk.author.adapter import OfflineAuthorAdapter
+
+    assert author_fields(OfflineAuthorAdapter()) == {"author": "offline", "author_name": "offline"}
+
+    class Local:
+        name = "mine"
+
+    assert author_fields(Local()) == {"author": "", "author_name": "mine"}
+    with pytest.raises(ConfigError, match="'mine' cannot be rebuilt"):
+        build_author("", name="mine")
+    assert build_author("offline").name == "offline"
+
+
+# --- best ---------------------------------------------------------------------------------------
+def test_best_is_the_fastest_measured_correct_else_the_first_correct():
+    rows = [{"status": "incorrect", "speedup": 9.0}, {"status": "correct", "speedup": None}, {"status": "correct", "speedup": 1.5},
+            {"status": "correct", "speedup": 2.5}, {"status": "correct", "speedup": 2.5, "late": True}]
+    assert best_of(rows) is rows[3]  # ties keep the earlier one
+    unmeasured = [{"status": "rejected", "speedup": None}, {"status": "correct", "speedup": None, "k": 1},
+                  {"status": "correct", "speedup": None, "k": 2}]
+    assert best_of(unmeasured)["k"] == 1
+    assert best_of([{"status": "incorrect", "speedup": 3.0}]) is None and best_of([]) is None
+
+
+# --- Run -----------------------------------------------------------------------------------------
+class _Synthesizer:
+    """An author whose prepare() adds a synthesised case at a new shape (as the LM test synthesizer does)."""
+
+    name = "synth"
+
+    def prepare(self, task, target):
+        from mk.task import Scale
+
+        extra = Scale("syn_tall", shapes=((48, 128),))
+        return task.with_scales({**task.scales, "syn_tall": extra}), [Case("syn_tall", 7, "normal", note="synthesized: tall")]
+
+
+def test_reopen_rebuilds_the_same_suite_with_its_synthesised_cases_and_refuses_a_changed_one(task_file, tmp_path):
+    db = tmp_path / "r.duckdb"
+    with Store.open(db) as store:
+        run = Run.create(store, _ci(task_file), RunConfig(mode="auto", target="cpu", author="offline"))
+        task, suite = run.freeze(_Synthesizer())
+        assert "syn_tall" in task.scales and any(c.scale == "syn_tall" for c in suite.cases)
+        stored = RunConfig.from_dict(store.get_run(run.id)["config"], mode="auto")
+        assert stored.suite_hash == suite.hash and stored.scales == ("ci",) and stored.synthesized["cases"]
+    with Store.open(db) as store:  # another session: no model, the same suite from the stored config
+        again = Run.reopen(store, run.id[:10])
+        assert again.id == run.id and again.suite.hash == suite.hash and set(again.task.scales) >= {"ci", "syn_tall"}
+        assert "big" not in again.task.scales  # exactly the run's scales, not the task's full set
+        assert again.resume_command() == f"mk resume {run.id} --db {db}"
+    task_file.write_text(TASK_MODULE.format(factor="3.0"))  # the reference changed, so its frozen suite did
+    with Store.open(db) as store, pytest.raises(TaskError, match="frozen suite changed"):
+        Run.reopen(store, run.id)
+
+
+def test_a_run_of_a_python_function_cannot_be_reopened_elsewhere(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from mk.loaders.callable import task_from_callable
+
+    task = task_from_callable(lambda x: jnp.sin(x), [jax.ShapeDtypeStruct((8, 128), jnp.float32)], name="sinf")
+    with Store.open(tmp_path / "c.duckdb") as store:
+        run = Run.create(store, task, RunConfig(mode="auto", target="cpu"))
+        with pytest.raises(TaskError, match="Python function"):
+            Run.reopen(store, run.id)
+
+
+# --- one stop reason on every surface, through the real CLI ----------------------------------------
+def _mk(*args, stdin=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "mk", *args], capture_output=True, text=True, timeout=timeout, input=stdin)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["auto", "search", "hitl"])
+def test_a_spent_budget_is_the_same_stop_reason_everywhere(tmp_path, mode):
+    db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
+    args = ["optimize", str(EXAMPLE), "--lm", "offline", "--target", "cpu", "--scale", "ci", "--db", db, "--out", out,
+            "--budget-time", "0", "--mode", mode]
+    if mode == "search":
+        args += ["--workers", "inline"]
+    if mode != "hitl":
+        args.append("--json")
+    proc = _mk(*args, stdin="a\n" * 20 if mode == "hitl" else None)
+    reports = list(Path(out).glob("*.report.json"))
+    assert len(reports) == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
+    report = json.loads(reports[0].read_text())
+    assert report["mode"] == mode and "budget" in report["stop_reason"] and "wall-time budget spent" in report["stop_reason"]
+    assert "no rule applies" not in report["stop_reason"]
+    if mode != "hitl":
+        printed = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert printed["stop_reason"] == report["stop_reason"] and printed["run_id"] == report["run_id"]
+    shown = json.loads(_mk("show", report["run_id"], "--db", db, "--json").stdout)
+    assert shown["run"]["reason"] == report["stop_reason"], (shown["run"], report["stop_reason"])
+    stored = shown["run"]["config"]
+    assert stored["mode"] == mode and stored["scales"] == ["ci"] and stored["budget"]["max_wall_s"] == 0.0
+
+
+@pytest.mark.slow
+def test_a_spent_budget_stops_a_bench_and_every_surface_says_so(tmp_path):
+    db, out = str(tmp_path / "db.duckdb"), tmp_path / "bench"
+    proc = _mk("bench", str(EXAMPLE), "--lm", "offline", "--target", "cpu", "--db", db, "--out", str(out), "--no-plots",
+               "--budget-time", "0", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    (row,) = printed["tasks"]
+    assert row["status"] == "skipped" and "budget spent" in row["reason"] and "wall-time budget" in row["reason"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["stop_reason"].startswith("budget spent: wall-time budget") and "1 task runs skipped" in results["stop_reason"]
+    assert "budget spent" in (out / "report.md").read_text()
+    text = _mk("bench", str(EXAMPLE), "--lm", "offline", "--target", "cpu", "--db", db, "--out", str(tmp_path / "b2"),
+               "--no-plots", "--budget-time", "0")
+    assert "bench id:" in text.stdout and "budget spent" in text.stdout  # the summary is the command's output (stdout)
