@@ -72,6 +72,8 @@ def _markdown(r: BenchResult) -> str:
     lines.append(f"- config: `{json.dumps(r.config, default=str)}`")
     if not r.can_time:
         lines.append(f"- **{r.speed_reason}** — speed metrics are not shown.")
+    if r.stop_reason:
+        lines.append(f"- **{r.stop_reason}** — skipped task runs count as not compiled and not correct.")
     lines += ["", "## Metrics", "",
               "| method | compiled | correct | geomean speedup (correct, floored) | geomean speedup (all tasks) | "
               + " | ".join(f"fast_{p:g}" for p in FAST_P) + " |",

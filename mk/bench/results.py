@@ -69,10 +69,12 @@ class BenchResult:
     report_path: str | None = None
     plots: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    #: why the benchmark stopped before running every task (its budget), else ""
+    stop_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "bench_id": self.bench_id, "suite": self.suite, "target": self.target, "scale": self.scale, "methods": self.methods,
+            "stop_reason": self.stop_reason, "bench_id": self.bench_id, "suite": self.suite, "target": self.target, "scale": self.scale, "methods": self.methods,
             "author": self.author, "can_time": self.can_time, "speed_reason": self.speed_reason, "config": self.config,
             "metrics": {k: v.to_dict() for k, v in self.metrics.items()}, "tasks": [r.to_dict() for r in self.rows],
             "report_path": self.report_path, "plots": self.plots,

@@ -47,9 +47,11 @@ class BenchConfig:
     evaluate: Callable[..., Any] | None = None
     search: dict[str, Any] = field(default_factory=dict)  # SearchConfig options: algorithm, width, depth, branches
     extra: dict[str, Any] = field(default_factory=dict)
+    #: one budget for the whole benchmark (LM calls, cost, wall time): checked between tasks and inside every method
+    budget: Any = None
 
 
-def resolve_author_factory(lm: Any, store: Any = None) -> tuple[Callable[[], Any], str]:
+def resolve_author_factory(lm: Any, store: Any = None, budget: Any = None) -> tuple[Callable[[], Any], str]:
     """A factory for fresh authors (one per task and method) and the announcement to show once.
 
     Uses ``mk.authors.resolve_author`` (LM or offline; LM calls are accounted in ``store``) where
@@ -58,7 +60,7 @@ def resolve_author_factory(lm: Any, store: Any = None) -> tuple[Callable[[], Any
         from mk.authors import resolve_author  # type: ignore[import-not-found]
 
         def make() -> tuple[Any, str]:
-            return resolve_author(lm, store=store)
+            return resolve_author(lm, store=store, budget=budget)
     except ImportError:
         from mk.job import resolve_author as _offline
 
@@ -110,11 +112,14 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
         prepare_output_dir(cfg.out)
     rows: list[TaskRow] = []
     interrupted = False
+    from mk.budget import BudgetMeter
+
+    meter = None if cfg.budget is None else cfg.budget if isinstance(cfg.budget, BudgetMeter) else BudgetMeter(cfg.budget)
     with Store.open(cfg.db) as store:
         if cfg.author_factory is not None:
             factory, announcement = cfg.author_factory, ""
         else:
-            factory, announcement = resolve_author_factory(cfg.lm, store)
+            factory, announcement = resolve_author_factory(cfg.lm, store, meter)
         author_name = getattr(factory(), "name", "author")
         emit("start", {"tasks": len(refs), "methods": methods, "announcement": announcement, "author": author_name})
         from mk.bench.record import create_bench, finish_bench
@@ -124,7 +129,7 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
                   **({"search": cfg.search} if "search" in methods else {}), **cfg.extra}
         bench_id = create_bench(store, cfg.suite, cfg.target, cfg.scale, methods, author_name, config)
         mcfg = MethodConfig(cfg.target, store=store, evaluate=cfg.evaluate, iterations=cfg.iterations, samples=cfg.samples,
-                            tune=cfg.tune, max_trials=cfg.max_trials, measure=cfg.measure, search=dict(cfg.search))
+                            tune=cfg.tune, max_trials=cfg.max_trials, measure=cfg.measure, search=dict(cfg.search), budget=meter)
         try:
             _run_tasks(refs, methods, cfg, factory, mcfg, store, bench_id, rows, emit)
         except KeyboardInterrupt:  # keep what was measured: a partial report, the bench marked interrupted
@@ -132,9 +137,11 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
             log.warning("bench %s interrupted after %d rows; writing a partial report", bench_id, len(rows))
         metrics = {m: compute_metrics([r.outcome() for r in rows if r.method == m], can_time=can_time, unmeasured_reason=speed_reason)
                    for m in methods}
-        finish_bench(store, bench_id, metrics, "interrupted" if interrupted else "finished")
+        spent = meter.exceeded() if meter is not None else None
+        stop = (f"budget spent: {spent}; " + f"{sum(r.status == 'skipped' for r in rows)} task runs skipped") if spent else ""
+        finish_bench(store, bench_id, metrics, "interrupted" if interrupted else "budget_spent" if spent else "finished")
     result = BenchResult(bench_id, cfg.suite, cfg.target, cfg.scale, methods, author_name, can_time, speed_reason, metrics, rows,
-                         config=config)
+                         config=config, stop_reason=stop)
     if cfg.out:
         from mk.bench.report import write_report
 
@@ -172,6 +179,12 @@ def _run_tasks(refs: list[Any], methods: list[str], cfg: BenchConfig, factory: C
                 emit("task", {"row": rows[-1]})
             continue
         for m in methods:
+            spent = mcfg.budget.exceeded() if mcfg.budget is not None else None
+            if spent:  # the benchmark's budget is spent: the rest are recorded as skipped, not run
+                rows.append(TaskRow(m, task.name, "skipped", f"not run: budget spent ({spent})", fingerprint=task.fingerprint()))
+                record_row(store, bench_id, rows[-1])
+                emit("task", {"row": rows[-1]})
+                continue
             emit("task_start", {"task": task.name, "method": m})
             t0 = time.perf_counter()
             mcfg.on_event = lambda kind, data, _t=task.name, _m=m: emit(kind, {**data, "task": _t, "method": _m})

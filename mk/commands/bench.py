@@ -26,28 +26,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", "-n", type=int, default=4, help="best-of-n: independent candidates per task")
     p.add_argument("--trials", type=int, default=6, help="auto: autotuning trials per candidate")
     p.add_argument("--no-tune", dest="tune", action="store_false", help="auto: skip autotuning")
-    p.add_argument("--search-algorithm", choices=["beam", "greedy", "parallel"], default="beam", help="search: the algorithm")
+    from mk.commands.optimize import add_budget_flags
+    from mk.programs.search_algorithms import ALGORITHMS
+
+    p.add_argument("--search-algorithm", choices=list(ALGORITHMS), default="beam", help="search: the algorithm")
     p.add_argument("--depth", type=int, default=2, help="search: levels of the tree")
     p.add_argument("--width", type=int, default=2, help="search: nodes kept per level (beam) or trajectories (parallel)")
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--out", default="mk-bench", help="folder for report.md, results.json and the PNG plots")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="write the report without plots")
     p.add_argument("--json", action="store_true", help="print the metrics and per-task rows as JSON")
+    add_budget_flags(p, "for the whole benchmark: ")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from mk.commands._console import console as make_console
 
     from mk.bench import BenchConfig, run_bench
+    from mk.commands.optimize import budget_from
 
-    console = Console(stderr=True, highlight=False)
+    console = make_console(stderr=True)
     methods = [m.strip() for m in args.mode.split(",") if m.strip()]
     cfg = BenchConfig(
         suite=args.suite, target=args.target, methods=methods, scale=None if args.scale == "all" else args.scale,
         tasks=[t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None, lm=args.lm,
         iterations=args.iterations, samples=args.samples, tune=args.tune, max_trials=args.trials, db=args.db, out=args.out,
         plots=args.plots, search={"algorithm": args.search_algorithm, "depth": args.depth, "width": args.width},
+        budget=budget_from(args),
     )
     with _Progress(console) as progress:
         result = run_bench(cfg, on_event=progress.on_event)
@@ -58,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                           "speed": None if result.can_time else result.speed_reason, "report": result.report_path},
                          default=str))
     else:
-        _summary(console, result)
+        _summary(make_console(), result)  # the summary is the command's output: stdout
     return 0
 
 
@@ -94,6 +100,8 @@ def _summary(console: Any, result: Any) -> None:
     console.print(table)
     if not result.can_time:
         console.print(f"[yellow]{result.speed_reason}[/]")
+    if result.stop_reason:
+        console.print(f"[yellow]{result.stop_reason}[/]")
     console.print(f"report: {result.report_path}  bench id: {result.bench_id}")
 
 

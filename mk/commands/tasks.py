@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _table(entries: list[dict[str, Any]], path: str) -> None:
-    from rich.console import Console
+    from mk.commands._console import console as make_console
     from rich.table import Table
 
     table = Table(title=f"tasks in {path}", show_lines=True)
@@ -78,7 +78,7 @@ def _table(entries: list[dict[str, Any]], path: str) -> None:
             table.add_row(_escape(e["id"]), e["kind"], scale, _escape(inputs), tol, _escape(static))
     failed = [e for e in entries if "error" in e]
     table.caption = f"{len(entries)} task(s)" + (f", {len(failed)} failed to load (below)" if failed else "")
-    console = Console(highlight=False)
+    console = make_console()
     console.print(table)
     for e in failed:
         console.print(f"[bold red]error[/] {_escape(e['id'])} ({e['kind']}): {_escape(e['error'])}")
