@@ -34,14 +34,16 @@ def _args(tmp_path, *extra):
 def test_fake_stdin_edit_plan_and_code_quit_then_resume(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("EDITOR", raising=False)
     answers = ("e\nmy own plan: whole rows per block\n.\n"  # edit the plan
-               "a\n"  # implement
-               f"e\n{PURE_JAX}.\n"  # replace the code with a pure-JAX version
+               "a\n"  # implement: the offline author cannot follow free text and says so
+               f"e\n{PURE_JAX}.\n"  # so the person writes the code: a pure-JAX version
                "a\n"  # validate: the tpu judge requires a Pallas kernel
                "q\n")
     monkeypatch.setattr(sys, "stdin", io.StringIO(answers))
     assert main(_args(tmp_path)) == 1  # quit with no correct kernel
     out = capsys.readouterr().out
-    assert "plan replaced" in out and "edit: ok" in out and "validate: failed" in out and "rejected" in out
+    flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split())  # panel text, unwrapped
+    assert "plan replaced" in out and "cannot follow a free-text plan" in flat
+    assert "edit: ok" in out and "validate: failed" in out and "rejected" in out
     run_id = re.search(r"mk hitl --resume (\w+)", out).group(1)
     with Store.open(tmp_path / "h.duckdb") as store:
         assert store.get_run(run_id)["mode"] == "hitl"
@@ -61,14 +63,26 @@ def test_edit_through_editor_on_a_tty(tmp_path, monkeypatch, capsys):
     script = tmp_path / "editor.py"
     script.write_text("import sys\np = sys.argv[1]\nopen(p, 'a').write(' -- edited in the editor')\n")
     monkeypatch.setenv("EDITOR", f"{sys.executable} {script}")
-    monkeypatch.setattr(sys, "stdin", FakeTTY("e\na\nq\n"))  # edit the plan in $EDITOR, implement it, quit
+    monkeypatch.setattr(sys, "stdin", FakeTTY("e\na\na\nq\n"))  # edit the plan in $EDITOR, implement it, snapshot, quit
+    assert main(_args(tmp_path)) == 1
+    out = capsys.readouterr().out
+    # the offline author writes only its own kernels: a note it cannot act on is refused with the names it can follow
+    flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", out).split())  # panel text, unwrapped
+    assert "plan replaced" in out and "implement: failed" in out and "cannot follow a free-text plan" in flat
+    assert "rowwise-tpu" in flat
+    with Store.open(tmp_path / "h.duckdb") as store:
+        (run,) = store.list_runs()
+        assert not store.nodes(run["id"])  # nothing was written for a plan that was refused
+        (snap,) = store.snapshots(run["id"])
+        assert snap["plan"].endswith(" -- edited in the editor") and snap["status"] == "rejected"
+
+
+def test_an_edited_plan_naming_a_proposal_is_honoured(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("EDITOR", raising=False)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("e\nuse rowwise-tpu, please\n.\na\nq\n"))
     assert main(_args(tmp_path)) == 1
     out = capsys.readouterr().out
     assert "plan replaced" in out and "implement: ok" in out
-    with Store.open(tmp_path / "h.duckdb") as store:
-        (run,) = store.list_runs()
-        (node,) = store.nodes(run["id"])
-        assert node["plan"].endswith(" -- edited in the editor")
 
 
 def test_subprocess_over_pipes(tmp_path):

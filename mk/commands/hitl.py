@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, file=sys.stdout)
     if not args.task and not args.resume:
         raise ConfigError("name a task, or a run to resume", hint="mk hitl examples/rmsnorm.py  or  mk hitl --resume RUN_ID")
-    from mk.job import prepare_output_dir
+    from mk.run.output import prepare_output_dir
 
     prepare_output_dir(args.out)  # a bad --out fails now, not after the session
     author, announcement = _author(args.lm)
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _loop(console, session, args)
     except KeyboardInterrupt:
-        raise session.interrupt(f"mk hitl --resume {session.run_id}" + (f" --db {args.db}" if args.db else "")) from None
+        raise session.interrupt() from None
 
 
 def _loop(console: Any, session: Any, args: argparse.Namespace) -> int:
@@ -79,10 +79,9 @@ def _loop(console: Any, session: Any, args: argparse.Namespace) -> int:
             if choice == "approve":
                 break
             if choice == "quit":
-                resume = f"mk hitl --resume {session.run_id}" + (f" --db {args.db}" if args.db else "")
-                session.interrupt(resume)  # recorded as interrupted, not left 'running'
-                console.print(f"stopped; the session is kept in the store: {resume}", soft_wrap=True)
-                return _finish(console, session, args)
+                stopped = session.interrupt()  # recorded as interrupted, not left 'running'
+                console.print(f"stopped: {stopped}", soft_wrap=True)
+                return _finish(console, session, args, "interrupted")
             if choice == "redo":
                 console.print(f"running {session.redo()} again")
                 break
@@ -118,7 +117,13 @@ def _edit(console: Any, session: Any) -> None:
         console.print("nothing to edit yet: approve to get a plan")
         return
     try:
-        if a.proposal is None:  # the plan is what the last phase produced
+        if a.proposal is None and a.failure is not None and a.failure[0] == "implement":
+            # the author refused (or failed) to implement the plan: the person writes the code for it
+            start = "# " + "\n# ".join(a.plan.text.splitlines()) + "\n\ndef kernel(*args):\n    ...\n"
+            text = _read_replacement(console, start, ".py", "code")
+            if text.strip():
+                console.print(render(session.edit_code(text)))
+        elif a.proposal is None:  # the plan is what the last phase produced
             text = _read_replacement(console, a.plan.text, ".md", "plan")
             if text.strip():
                 session.edit_plan(text)
@@ -158,14 +163,19 @@ def _tty() -> bool:
     return bool(isatty and isatty())
 
 
-def _finish(console: Any, session: Any, args: argparse.Namespace) -> int:
-    best = session.best
-    if best is None:
-        console.print("no correct kernel yet")
+def _finish(console: Any, session: Any, args: argparse.Namespace, status: str | None = None) -> int:
+    """Write the session's best kernel and its report (the same report every mode writes) and say where."""
+    from mk.run.output import write_outputs
+
+    outcome = session.outcome(status)
+    report = write_outputs(session.run, outcome, args.out)
+    if report.kernel_path is None:
+        console.print(f"no correct kernel yet; report: {report.report_path}; run: {session.run_id}", soft_wrap=True)
         return 1
-    path = session.save(Path(args.out) / f"{session.task.name}_{session.target}.py")
+    best = session.best
     speed = f"{best.speedup:.2f}x" if best.speedup is not None else "not measured (no device of this kind here)"
-    console.print(f"[bold]correct[/]: best {best.proposal}, speedup {speed}; kernel: {path}; run: {session.run_id}", soft_wrap=True)
+    console.print(f"[bold]correct[/]: best {best.proposal}, speedup {speed}; kernel: {report.kernel_path}; "
+                  f"report: {report.report_path}; run: {session.run_id}", soft_wrap=True)
     return 0
 
 
