@@ -27,6 +27,7 @@ import numpy as np
 from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
+from mk.author.split import split_epilogue
 from mk.author.trace import Traced
 from mk.kernels.conv import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
@@ -126,43 +127,17 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
             em.bind(invars[i], names[i], False)
         return em
 
-    em, split = emitter(), None
-    for k, eqn in enumerate(epilogue):
-        try:
-            em.emit([eqn])
-        except Unsupported as exc:
-            if "across rows" not in str(exc):
-                raise
-            split = k
-            break
+    parts = split_epilogue(emitter, epilogue, list(jaxpr.outvars), [(invars[i], names[i]) for i in params], probes,
+                           taken)
+    body, tail, kernel_out = parts.body, parts.tail, parts.kernel_out
     peers = probes.peers(conv)
     batch = _size(probes, [e.outvars[0].aval.shape[0] for e in peers])
     cout = _size(probes, [e.outvars[0].aval.shape[-1] for e in peers])
-    tail = None
-    if split is None:
-        body = em.result(jaxpr.outvars)
+    if tail is None:
         out_lead = _size(probes, [t.jaxpr.jaxpr.outvars[0].aval.shape[0] for t in probes.traces])
         if not jaxpr.outvars[0].aval.shape or out_lead != batch:
             raise Unsupported("the output's leading axis is not the batch (the work after the convolution mixes "
                               "samples)")
-        kernel_out = jaxpr.outvars[0]
-    else:  # statistics across samples: the kernel fuses the per-sample part, the rest runs after it in XLA
-        prefix, rest = epilogue[:split], epilogue[split:]
-        produced = {v for e in prefix for v in e.outvars} | {conv.outvars[0]}
-        needed = [v for v in dict.fromkeys(a for e in rest for a in e.invars if hasattr(a, "aval") and
-                                           not type(a).__name__ == "Literal") if v in produced]
-        if len(needed) != 1 or any(v in produced for v in jaxpr.outvars):
-            raise Unsupported("the work after a cross-sample reduction reads several values of the per-sample part")
-        kernel_out = needed[0]
-        em = emitter()
-        em.emit(prefix)
-        body = em.result([kernel_out])
-        tem = Emitter(0, probes, taken=taken | set(body.lines) | {"y"})
-        tem.bind(kernel_out, "y", False)
-        for i in params:
-            tem.bind(invars[i], names[i], False)
-        tem.emit(rest)
-        tail = tem.result(jaxpr.outvars)
     channel_axes = []
     for i in params:
         sizes = [_size(probes, [t.shapes[i][k] for t in probes.traces]) for k in range(len(invars[i].aval.shape))]

@@ -21,6 +21,7 @@ import numpy as np
 from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
+from mk.author.split import split_epilogue
 from mk.author.trace import Traced
 from mk.task import Task, np_dtype
 
@@ -101,13 +102,21 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         else:
             raise Unsupported(f"an epilogue input of shape {shape} does not tile with the ({M}, {N}) output")
     pad = target == "gpu"  # Triton blocks are powers of two: N may be padded, reductions over it are masked
-    em = Emitter(1, probes, mask=pad, taken=set(names) | {v.name for v in probes.vars} | {"acc"}, may_split=pad)
-    em.bind(dot.outvars[0], "acc", True)
-    for i, kind in zip(params, param_kinds):
-        em.bind(invars[i], names[i], kind in ("tile", "row"), scalar=kind == "scalar")
-    em.emit(epilogue)
-    body = em.result(jaxpr.outvars)
-    out_shape = tuple(jaxpr.outvars[0].aval.shape)
+    taken = set(names) | {v.name for v in probes.vars} | {"acc", "y", "tail"}
+
+    def make() -> Emitter:
+        em = Emitter(1, probes, mask=pad, taken=taken, may_split=pad)
+        em.bind(dot.outvars[0], "acc", True)
+        for i, kind in zip(params, param_kinds):
+            em.bind(invars[i], names[i], kind in ("tile", "row"), scalar=kind == "scalar")
+        return em
+
+    parts = split_epilogue(make, epilogue, list(jaxpr.outvars), [(invars[i], names[i]) for i in params], probes, taken)
+    locals_ = {"y", "tail", "x", "w", "M", "K", "N", "ins", "out", "result", "split", "epilogue"}
+    if parts.tail is not None and (locals_ & {names[i] for i in params} or {"y", "tail"} & set(names)):
+        raise Unsupported("an input is named like a local of the written kernel")
+    body, em = parts.body, parts.emitter
+    out_shape = tuple(parts.kernel_out.aval.shape)
     if out_shape[:1] != (M,):
         raise Unsupported("the output is not row-aligned with the product")
     reduces = any(p.startswith("reduce_") or p.startswith("arg") for p in body.primitives)
@@ -125,17 +134,40 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
             split_out = _from_arguments(probes.shape(outs), probes.vars)
         except ValueError as exc:
             raise Unsupported(str(exc)) from exc
+    if parts.tail is not None and split is not None:
+        raise Unsupported("a cross-row reduction after an epilogue that splits rows into groups")
     src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, lhs, rhs, w_t, params,
                   param_kinds, dot, space, full_n, sublanes, out_shape, split, split_out,
                   dtype_expr(jaxpr.outvars[0].aval.dtype))
+    if parts.tail is not None:
+        src = _with_tail(src, task, parts.tail, [names[i] for i in params], probes.used(*parts.tail.lines,
+                                                                                        *parts.tail.outputs))
     return Proposal(
         name=f"matmul-epilogue-{target}",
         source=src,
         rationale=f"tiled matmul ({M}x{N}, K={a.aval.shape[1]}) with the epilogue fused "
         f"({', '.join(sorted(p for p in body.primitives if not p.startswith('_'))) or 'none'}); the product never goes "
-        "back to HBM before the epilogue" + ("; whole rows per block (the epilogue reduces or reshapes along N)" if full_n else ""),
+        "back to HBM before the epilogue" + ("; whole rows per block (the epilogue reduces or reshapes along N)" if full_n else "")
+        + ("" if parts.tail is None else "; the statistics across rows (and what follows them) run after the kernel in "
+           "XLA, on its output"),
         template="matmul",
     )
+
+
+def _with_tail(src: str, task: Task, tail: Any, pnames: list[str], used: list) -> str:
+    """``src`` whose kernel applies ``_tail`` (whole-array code after the kernel) to what the kernel returns."""
+    lines = src.split("\n")
+    at = next(k for k, l in enumerate(lines) if l.startswith("def kernel("))
+    end = max(k for k, l in enumerate(lines) if l.startswith("    return "))
+    lines[end] = lines[end].replace("    return ", "    y = ", 1)
+    lines.insert(end + 1, f"    return tail(y{''.join(', ' + n for n in pnames)})")
+    bind = ", ".join(f"{v.name}={v.source}" for v in used)
+    lines.insert(at + 1, f"    tail = functools.partial(_tail, {bind})" if bind else "    tail = _tail")
+    kw = ", ".join(v.name for v in used)
+    lines[at:at] = [f"def _tail(y{''.join(', ' + n for n in pnames)}{', *, ' + kw if kw else ''}):",
+                    '    """The reference from its first statistic across rows on: whole arrays, after the kernel."""',
+                    *[f"    {l}" for l in tail.lines], f"    return {tail.outputs[0]}", "", ""]
+    return "\n".join(lines)
 
 
 def _from_arguments(expr: str, variables: list) -> str:
