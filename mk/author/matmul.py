@@ -99,8 +99,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
             param_kinds.append("col")
         elif sizes in ([m_size], [m_size, "1"]):
             param_kinds.append("row")
-        else:
-            raise Unsupported(f"an epilogue input of shape {shape} does not tile with the ({M}, {N}) output")
+        else:  # read whole, by work split off after the kernel only (see below)
+            param_kinds.append("whole")
     pad = target == "gpu"  # Triton blocks are powers of two: N may be padded, reductions over it are masked
     taken = set(names) | {v.name for v in probes.vars} | {"acc", "y", "tail"}
 
@@ -108,7 +108,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         em = Emitter(1, probes, mask=pad, taken=taken, may_split=pad)
         em.bind(dot.outvars[0], "acc", True)
         for i, kind in zip(params, param_kinds):
-            em.bind(invars[i], names[i], kind in ("tile", "row"), scalar=kind == "scalar")
+            if kind != "whole":
+                em.bind(invars[i], names[i], kind in ("tile", "row"), scalar=kind == "scalar")
         return em
 
     parts = split_epilogue(make, epilogue, list(jaxpr.outvars), [(invars[i], names[i]) for i in params], probes, taken)
@@ -116,6 +117,11 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     if parts.tail is not None and (locals_ & {names[i] for i in params} or {"y", "tail"} & set(names)):
         raise Unsupported("an input is named like a local of the written kernel")
     body, em = parts.body, parts.emitter
+    whole = [i for i, k in zip(params, param_kinds) if k == "whole"]
+    if whole and parts.tail is None:
+        shape = tuple(invars[whole[0]].aval.shape)
+        raise Unsupported(f"an epilogue input of shape {shape} does not tile with the ({M}, {N}) output")
+    fused = [(i, k) for i, k in zip(params, param_kinds) if k != "whole"]
     out_shape = tuple(parts.kernel_out.aval.shape)
     if out_shape[:1] != (M,):
         raise Unsupported("the output is not row-aligned with the product")
@@ -130,15 +136,17 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     if em.split is not None:  # (groups, group size), and the output's shape, as the kernel reads them from its arguments
         split = tuple(_from_arguments(e, probes.vars) for e in em.split[1:])
         outs = [tuple(e.aval.shape) for e in (t.jaxpr.jaxpr.outvars[0] for t in probes.traces)]
+        if parts.tail is not None:  # the kernel writes the fused part's value, not the reference's output
+            producer = next(e for e in jaxpr.eqns if parts.kernel_out in e.outvars)
+            at = producer.outvars.index(parts.kernel_out)
+            outs = [tuple(e.outvars[at].aval.shape) for e in probes.peers(producer)]
         try:
             split_out = _from_arguments(probes.shape(outs), probes.vars)
         except ValueError as exc:
             raise Unsupported(str(exc)) from exc
-    if parts.tail is not None and split is not None:
-        raise Unsupported("a cross-row reduction after an epilogue that splits rows into groups")
-    src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, lhs, rhs, w_t, params,
-                  param_kinds, dot, space, full_n, sublanes, out_shape, split, split_out,
-                  dtype_expr(jaxpr.outvars[0].aval.dtype))
+    src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, lhs, rhs, w_t,
+                  [i for i, _ in fused], [k for _, k in fused], dot, space, full_n, sublanes, out_shape, split,
+                  split_out, dtype_expr(parts.kernel_out.aval.dtype))
     if parts.tail is not None:
         src = _with_tail(src, task, parts.tail, [names[i] for i in params], probes.used(*parts.tail.lines,
                                                                                         *parts.tail.outputs))
@@ -148,8 +156,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         rationale=f"tiled matmul ({M}x{N}, K={a.aval.shape[1]}) with the epilogue fused "
         f"({', '.join(sorted(p for p in body.primitives if not p.startswith('_'))) or 'none'}); the product never goes "
         "back to HBM before the epilogue" + ("; whole rows per block (the epilogue reduces or reshapes along N)" if full_n else "")
-        + ("" if parts.tail is None else "; the statistics across rows (and what follows them) run after the kernel in "
-           "XLA, on its output"),
+        + ("" if parts.tail is None else "; the work from the first statistic across rows or move of rows on runs "
+           "after the kernel in XLA, on its output"),
         template="matmul",
     )
 

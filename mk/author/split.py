@@ -1,9 +1,10 @@
-"""Split an epilogue at its first statistic across rows: the kernel fuses the row-local part, XLA runs the rest.
+"""Split an epilogue at its first statistic across rows (or move of rows): the kernel fuses the row-local part.
 
 A template's epilogue runs on blocks of rows (samples, matrix rows). A
 training-mode BatchNorm reduces *across* them, which no block can do alone.
 :func:`split_epilogue` emits the eqns up to the first one the row-local
-emitter refuses for that reason; the rest (the tail) is emitted as whole-array
+emitter refuses for that reason (or because it reshapes or transposes the
+rows themselves, as an output laid out as (1, 1, B, 1) does); the rest (the tail) is emitted as whole-array
 code (lead 0) that the written kernel applies to the kernel's output. The tail
 may read exactly one value of the fused part (the one the kernel writes) and
 the task's other inputs.
@@ -15,6 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from mk.author.emit import Emitted, Emitter, Unsupported
+
+
+#: the row-local emitter's refusals that end the fused part: a reduction across rows, a reshape or transpose of them
+_TRIGGERS = ("across rows", "changes the row axes", "moves the row axes")
 
 
 @dataclass
@@ -34,7 +39,7 @@ def split_epilogue(make: Callable[[], Emitter], eqns: list[Any], outvars: list[A
         try:
             em.emit([eqn])
         except Unsupported as exc:
-            if "across rows" not in str(exc):
+            if not any(why in str(exc) for why in _TRIGGERS):
                 raise
             return _split(make, eqns[:k], eqns[k:], outvars, params, probes, taken)
     return Split(em.result(outvars), outvars[0], None, em)

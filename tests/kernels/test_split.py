@@ -51,3 +51,19 @@ def test_a_tail_that_reads_two_fused_values_is_declined():
 
     with pytest.raises(Unsupported, match="several values"):
         split_epilogue(make, list(j.eqns), list(j.outvars), [(j.invars[1], "b")], None, set())
+
+
+def test_an_output_that_moves_the_rows_is_split_too():
+    """40k: GroupNorm and a row min fused; the min reshaped to (1, 1, B, 1) plus a (1, N, 1, 1) bias after it."""
+    task = load_task("jaxbench:40k_Gemm_GroupNorm_Min_BiasAdd")
+    task = task.with_scales({"ci": task.scale("ci")})
+    prop = matmul.propose(task, trace_scales(task), "tpu")
+    tail = prop.source[prop.source.index("def _tail("):prop.source.index("def kernel(")]
+    assert "reshape" in tail and "jnp.min" not in tail  # the min is fused, the move of rows is not
+    ns = {}
+    exec(compile(prop.source, "candidate", "exec"), ns)
+    xs = task.make_inputs("ci", 1, "normal")
+    want = np.asarray(task.bind(task.reference, "ci")(*xs), np.float32)
+    with get_target("tpu").execution():
+        got = np.asarray(jax.jit(task.bind(lambda *a: ns["kernel"](*a), "ci"))(*xs), np.float32)
+    np.testing.assert_allclose(got, want, atol=1e-2, rtol=1e-2)
