@@ -51,7 +51,7 @@ class LazyKnowledge:
 
 
 def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = None, budget: Any = None,
-                   knowledge: Any = None) -> tuple[Any, str]:
+                   knowledge: Any = None, explore: bool = False) -> tuple[Any, str]:
     """Return ``(author, announcement)``.
 
     ``lm``: None (resolve from the environment), ``"offline"``, a DSPy model
@@ -59,7 +59,8 @@ def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = No
     :class:`mk.budget.BudgetMeter` (pass the meter that Auto checks, so the LM
     calls count against it; the author's ``meter`` is the one in use).
     ``knowledge``: a retriever (``retrieve(query, k)``) or None for the
-    default knowledge store, opened lazily."""
+    default knowledge store, opened lazily. ``explore``: without a device of the target, keep asking the model
+    after the first correct kernel (by default the LM author stops there: nothing more can be measured)."""
     from mk.author import ANNOUNCEMENT, OfflineAuthor
     from mk.author.adapter import OfflineAuthorAdapter
     from mk.lm import Accountant, accounted, resolve_lm
@@ -73,7 +74,7 @@ def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = No
 
     accountant = Accountant(store, run_id=run_id, budget=budget)
     author = LMAuthor(accounted(choice.lm, accountant), knowledge=knowledge if knowledge is not None else LazyKnowledge(),
-                      model=choice.model)
+                      model=choice.model, explore_without_device=explore)
     if choice.kind != "explicit" or isinstance(lm, str):  # built from a model string: a later session rebuilds it the same way
         author.spec = f"lm:{choice.model}"
     announcement = (f"using the language model {choice.model} ({choice.reason}): planner, implementer, compile fixer, "

@@ -18,11 +18,12 @@ from mk.task import Task
 log = logging.getLogger(__name__)
 
 
-def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = None, budget: Any = None) -> tuple[Any, str]:
+def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = None, budget: Any = None,
+                   explore: bool = False) -> tuple[Any, str]:
     """Return (author, announcement); see :func:`mk.authors.resolve_author`."""
     from mk.authors import resolve_author as _resolve
 
-    return _resolve(lm, store=store, run_id=run_id, budget=budget)
+    return _resolve(lm, store=store, run_id=run_id, budget=budget, explore=explore)
 
 
 def optimize_task(
@@ -39,10 +40,12 @@ def optimize_task(
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
     budget: Any = None,
     search: dict[str, Any] | None = None,
+    explore: bool = False,
 ) -> OptimizeReport:
     """Run the main job in ``mode`` ``auto`` (one trajectory) or ``search`` (``search`` holds the
     SearchConfig fields: algorithm, width, depth, branches, workers ...). ``budget``: a
-    :class:`mk.budget.Budget` or BudgetMeter; ``lm``: see :func:`resolve_author`."""
+    :class:`mk.budget.Budget` or BudgetMeter; ``lm``: see :func:`resolve_author`; ``explore``: without a device of
+    the target, let an LM author go on after the first correct kernel."""
     from mk.budget import Budget, BudgetMeter
     from mk.run import Run, RunConfig
     from mk.run.config import author_fields
@@ -57,9 +60,10 @@ def optimize_task(
     meter = budget if isinstance(budget, BudgetMeter) or budget is None else BudgetMeter(budget)
     out_dir = prepare_output_dir(out)  # checked before the run, so a bad --out does not waste it
     with Store.open(db) as store:
-        author, announcement = resolve_author(lm, store=store, budget=meter)
-        if on_event:
-            on_event("author", {"announcement": announcement})
+        author, announcement = resolve_author(lm, store=store, budget=meter, explore=explore)
+        notice = author.device_notice(target) if hasattr(author, "device_notice") else None
+        if on_event:  # said before anything is spent
+            on_event("author", {"announcement": announcement + (f"\n{notice}" if notice else "")})
         settings = {}
         if mode == "search":
             from mk.programs.search import SearchConfig
@@ -69,7 +73,8 @@ def optimize_task(
                       "max_trials": max_trials, **options}
             settings = SearchConfig(**fields).to_dict()
         config = RunConfig(mode=mode, target=target, **author_fields(author), budget=meter.budget if meter else Budget(),
-                           iterations=iterations, tune=tune, max_trials=max_trials, settings=settings, out=str(out_dir))
+                           iterations=iterations, tune=tune, max_trials=max_trials, settings=settings, out=str(out_dir),
+                           explore=explore)
         run = Run.create(store, task, config)
         outcome = drive(run, author, meter=meter, on_event=on_event)
         return write_outputs(run, outcome, out_dir, author=author.name)

@@ -186,7 +186,7 @@ ERROR_CHARS = 4000
 
 
 class Retriever(Protocol):
-    def retrieve(self, query: str, k: int = 5) -> str: ...
+    def retrieve(self, query: str, k: int = 5, target: str | None = None) -> str: ...
 
 
 # --- prompt inputs ------------------------------------------------------------------
@@ -599,7 +599,7 @@ class LMAuthor:
         history = history_text(ctx.history)
         kernels = kernels_text(ctx.history, reasons=False)
         hardware = hardware_brief(ctx.target)
-        passages = self._retrieve(f"{ctx.task.name} {ctx.target} pallas kernel\n{brief[:400]}\n{feedback[-300:]}")
+        passages = self._retrieve(f"{ctx.task.name} {ctx.target} pallas kernel\n{brief[:400]}\n{feedback[-300:]}", ctx.target)
         digest = hashlib.sha256("\0".join([str(self.rollout), brief, ctx.target, passages, feedback, history, kernels]).encode()).hexdigest()
         given = self._proposed.setdefault(digest, [])  # plans this author already gave for these very inputs
         tried = {s.proposal: s for s in ctx.history}
@@ -636,7 +636,7 @@ class LMAuthor:
             from mk.signatures import Plan as TypedPlan
 
             typed = TypedPlan(approach="pallas" if ctx.target != "cpu" else "jax", strategy=plan.text, expected_speedup=1.0)
-        passages = self._retrieve(f"{typed.approach} {typed.strategy} {typed.memory_placement} {typed.pipelining}")
+        passages = self._retrieve(f"{typed.approach} {typed.strategy} {typed.memory_placement} {typed.pipelining}", ctx.target)
         repeat = self._implement_repeat(ctx, plan)
         self._implemented[plan.name] = self._implemented.get(plan.name, 0) + 1
         with node_scope(self._node(ctx)), agent_scope(self.implementer.agent), dspy.context(lm=self.draw_lm(repeat)):
@@ -649,7 +649,7 @@ class LMAuthor:
         from mk.programs.test_synthesizer import input_spec
 
         attempts = self._fixes.setdefault((getattr(ctx, "iteration", 0), proposal.name), [])
-        passages = self._retrieve(error[-1500:])
+        passages = self._retrieve(error[-1500:], ctx.target)
         plan = getattr(ctx, "plan", None)
         try:
             with node_scope(self._node(ctx)), agent_scope(self.fixer.agent), dspy.context(lm=self.draw_lm()):
@@ -793,10 +793,15 @@ class LMAuthor:
         self.seed_declined = dict(authored.declined)
         return list(authored.proposals)
 
-    def _retrieve(self, query: str) -> str:
+    def _retrieve(self, query: str, target: str | None = None) -> str:
+        """Passages for ``query``; ``target`` puts the other platforms' passages last (a TPU fixer is not offered
+        Triton errors). A retriever without a ``target`` parameter is asked without it."""
         if self.knowledge is None:
             return ""
         try:
+            params = inspect.signature(self.knowledge.retrieve).parameters
+            if "target" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                return self.knowledge.retrieve(query, self.k, target=target)
             return self.knowledge.retrieve(query, self.k)
         except (KnowledgeError, OSError, ValueError) as exc:
             log.warning("knowledge retrieval failed (the author goes on without passages): %s", exc)

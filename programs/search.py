@@ -254,6 +254,9 @@ class Search:
                     break
                 level = self._run_level(store, run_id, task, suite, cfg, specs, done, pool)
                 self.on_event("level", {"depth": depth, "nodes": len(level)})
+                spent = self._no_device_stop(cfg, done)
+                if spent:
+                    break
                 if depth < cfg.depth:
                     specs = self._next_level(cfg, level, depth + 1, done)
                     if not specs:
@@ -266,7 +269,8 @@ class Search:
         nodes = [NodeRecord.from_row(r) for r in store.nodes(run_id)]
         best = best_node(nodes)
         spent = spent or self._spent()
-        reason = ("budget spent: " + spent + f"; {cfg.algorithm} search stopped at {len(nodes)} nodes" if spent else
+        reason = (spent + f"; {cfg.algorithm} search stopped at {len(nodes)} nodes" if spent and spent.startswith("no ") else
+                  "budget spent: " + spent + f"; {cfg.algorithm} search stopped at {len(nodes)} nodes" if spent else
                   f"{cfg.algorithm} search finished: {len(nodes)} nodes") + (
             f"; best: node {best.key} ({best.plan or best.plans[:1]}, "
             f"{f'speedup {best.speedup:.2f}x' if best.speedup is not None else 'speedup not measured'})" if best else "; no correct candidate")
@@ -340,6 +344,16 @@ class Search:
             self.on_event("node", {"key": rec.key, "node_id": rec.node_id, "status": rec.status, "speedup": rec.speedup,
                                    "depth": rec.depth, "plan": rec.plan})
         return [done[s.key] for s in specs if s.key in done]
+
+    def _no_device_stop(self, cfg: SearchConfig, done: dict[str, NodeRecord]) -> str | None:
+        """An LM author without a device of the target stops the search once a correct kernel exists (nothing can be
+        timed, so more model calls could not change which kernel is kept) unless it was told to explore."""
+        author = self.author
+        if isinstance(author, (str, type)) or not hasattr(author, "device_notice") or getattr(author, "explore_without_device", True):
+            return None
+        if author.device_notice(cfg.target) is None or not any(n.status == "correct" for n in done.values()):
+            return None
+        return f"no {cfg.target} device here: stopped after the first level with a correct kernel (--explore keeps exploring)"
 
     def _spent(self) -> str | None:
         return self.budget.exceeded() if self.budget is not None else None

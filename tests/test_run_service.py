@@ -176,3 +176,31 @@ def test_a_spent_budget_stops_a_bench_and_every_surface_says_so(tmp_path):
     text = _mk("bench", str(EXAMPLE), "--lm", "offline", "--target", "cpu", "--db", db, "--out", str(tmp_path / "b2"),
                "--no-plots", "--budget-time", "0")
     assert "bench id:" in text.stdout and "budget spent" in text.stdout  # the summary is the command's output (stdout)
+
+
+def test_an_lm_search_without_a_device_stops_once_a_kernel_is_correct_unless_told_to_explore():
+    from types import SimpleNamespace
+
+    from mk.programs.search import Search, SearchConfig
+
+    class NoDevice:
+        name = "lm:fake"
+        explore_without_device = False
+
+        def device_notice(self, target):
+            return f"no {target} device here"
+
+    done = {"n0": SimpleNamespace(status="incorrect"), "n1": SimpleNamespace(status="correct")}
+    cfg = SearchConfig(target="tpu", workers="inline")
+    author = NoDevice()
+    assert "stopped after the first level with a correct kernel" in Search(author, config=cfg)._no_device_stop(cfg, done)
+    assert Search(author, config=cfg)._no_device_stop(cfg, {"n0": done["n0"]}) is None  # nothing correct yet: go on
+    author.explore_without_device = True  # --explore
+    assert Search(author, config=cfg)._no_device_stop(cfg, done) is None
+    assert Search("offline", config=cfg)._no_device_stop(cfg, done) is None  # the offline author spends nothing
+
+
+def test_explore_is_stored_with_the_run_and_given_back_to_the_rebuilt_author(tmp_path):
+    cfg = RunConfig(mode="auto", explore=True, author="offline")
+    assert RunConfig.from_dict(cfg.to_dict()).explore is True
+    assert RunConfig.from_dict({"target": "tpu"}).explore is False

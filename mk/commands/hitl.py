@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from mk.run.output import prepare_output_dir
 
     prepare_output_dir(args.out)  # a bad --out fails now, not after the session
-    author, announcement = _author(args.lm)
+    author, announcement = (None, "") if args.resume and not args.lm else _author(args.lm)  # a resume keeps its author
     if announcement:
         console.print(f"[bold]{announcement}[/]")
     if args.resume:
@@ -180,10 +180,8 @@ def _finish(console: Any, session: Any, args: argparse.Namespace, status: str | 
 
 
 def _author(lm: str | None) -> tuple[Any, str]:
-    """The author for ``--lm`` (an LM author where mk provides one), and what to announce."""
-    try:
-        from mk.authors import resolve_author  # the LM-backed authors, where installed
-    except ImportError:
-        from mk.job import resolve_author
-    got = resolve_author(lm)
-    return got if isinstance(got, tuple) else (got, "")
+    """The author for ``--lm`` and what to announce. With a person deciding when to stop, an LM author goes on
+    after its first correct kernel even without a device (``explore``)."""
+    from mk.authors import resolve_author
+
+    return resolve_author(lm, explore=True)

@@ -45,8 +45,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--out", default="mk-out", help="folder for the kernel and the JSON report")
     p.add_argument("--json", action="store_true", help="print status, run_id, kernel_path, speedup as JSON")
+    add_explore_flag(p)
     add_budget_flags(p)
     p.set_defaults(func=run)
+
+
+def add_explore_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--explore", action="store_true",
+                   help="with a model and no device of the target: keep asking it after the first correct kernel (by default "
+                        "the run stops there, since nothing can be timed to show a later kernel is faster)")
 
 
 def add_budget_flags(p: argparse.ArgumentParser, what: str = "") -> None:
@@ -105,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     with console.status("optimising…") if not args.json else contextlib.nullcontext():
         report = optimize_task(task, target=args.target, lm=args.lm, mode=args.mode, iterations=args.iterations, db=args.db,
                                out=args.out, max_trials=args.trials, on_event=on_event, search=search,
-                               budget=budget_from(args))
+                               budget=budget_from(args), explore=args.explore)
     if args.json:
         print(json.dumps({"status": report.status, "run_id": report.run_id, "kernel_path": report.kernel_path,
                           "speedup": report.speedup, "stop_reason": report.stop_reason, "report_path": report.report_path}))

@@ -47,6 +47,8 @@ class RunConfig:
     synthesized: Mapping[str, Any] = field(default_factory=dict)
     #: a custom judge (``module:function``) a search was started with, or None for mk's harness
     evaluate: str | None = None
+    #: without a device, an LM author keeps exploring after the first correct kernel (``--explore``)
+    explore: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -118,7 +120,8 @@ def author_fields(author: Any) -> dict[str, str]:
     return {"author": author_spec(author), "author_name": str(getattr(author, "name", author) or "")}
 
 
-def build_author(spec: str, *, store: Any = None, run_id: str | None = None, budget: Any = None, name: str = "") -> Any:
+def build_author(spec: str, *, store: Any = None, run_id: str | None = None, budget: Any = None, name: str = "",
+                 explore: bool = False) -> Any:
     """The author ``spec`` names, built afresh (an LM author's calls are recorded under ``run_id``)."""
     if not spec:
         raise ConfigError(f"the run's author {name or '(unnamed)'!r} cannot be rebuilt from the store (it was a Python object, "
@@ -126,7 +129,7 @@ def build_author(spec: str, *, store: Any = None, run_id: str | None = None, bud
     if spec.startswith("lm:"):  # the accounted LM author, its calls recorded under run_id
         from mk.authors import resolve_author
 
-        author, _ = resolve_author(spec[3:], store=store, run_id=run_id, budget=budget)
+        author, _ = resolve_author(spec[3:], store=store, run_id=run_id, budget=budget, explore=explore)
         return author
     from mk.programs.search_workers import make_author
 

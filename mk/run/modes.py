@@ -100,9 +100,10 @@ def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget
         if lm is not None:
             from mk.authors import resolve_author
 
-            author, _ = resolve_author(lm, store=store, run_id=run.id, budget=meter)
+            author, _ = resolve_author(lm, store=store, run_id=run.id, budget=meter, explore=run.config.explore)
         else:
-            author = build_author(run.config.author, store=store, run_id=run.id, budget=meter)
+            author = build_author(run.config.author, store=store, run_id=run.id, budget=meter, name=run.config.author_name,
+                                  explore=run.config.explore)
     changes: dict[str, Any] = {}
     if budget is not None:
         changes["budget"] = budget
