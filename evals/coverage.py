@@ -6,7 +6,10 @@ no timing) at the ``ci`` scale; on a machine without the device, TPU/GPU candida
 lowering for that platform plus interpret-mode execution. Writes ``evals/results/coverage.md`` and
 ``coverage.json`` (with the command that produced them).
 
-    python -m evals.coverage [--targets tpu,gpu,cpu] [--tasks 12p,8p] [--suites jaxbench,examples]
+    python -m evals.coverage [--targets tpu,gpu,cpu] [--tasks 12p,8p] [--suites jaxbench,examples] [--merge]
+
+``--merge`` re-judges only the tasks named and replaces their rows in the existing ``coverage.json``
+(totals recounted from the rows; the merge is listed under the table with its own command and date).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db:
                 continue
             for r in res.rows:
                 rows.append({"suite": suite, "task": r.task, "target": target, "covered": r.correct, "status": r.status,
-                             "candidates": r.candidates, "best": r.best, "reason": "" if r.correct else r.reason,
+                             "candidates": r.candidates, "best": r.best, "compiled": bool(r.compiled), "reason": "" if r.correct else r.reason,
                              "seconds": round(r.seconds, 2)})
             m = res.metrics["best-of-n"]
             tot = totals.setdefault(target, {"tasks": 0, "covered": 0, "compiled": 0})
@@ -58,6 +61,26 @@ def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db:
             tot["compiled"] += m.compiled
             logging.info("%s on %s: %d/%d covered in %.0fs", suite, target, m.correct, m.tasks, time.perf_counter() - t0)
     return {"rows": rows, "totals": totals}
+
+
+def _compiled(row: dict) -> bool:
+    """Rows written before ``compiled`` was recorded: a covered or incorrect task had compiled, a declined one not."""
+    return bool(row.get("compiled", row["covered"] or row["status"] == "incorrect"))
+
+
+def merge(old: dict, new: dict) -> dict:
+    """``old`` with ``new``'s rows in place of the same (suite, task, target), totals recounted from the rows."""
+    fresh = {(r["suite"], r["task"], r["target"]): r for r in new["rows"]}
+    rows = [fresh.pop((r["suite"], r["task"], r["target"]), r) for r in old["rows"]] + list(fresh.values())
+    totals: dict[str, dict[str, int]] = {}
+    for r in rows:
+        tot = totals.setdefault(r["target"], {"tasks": 0, "covered": 0, "compiled": 0})
+        tot["tasks"] += 1
+        tot["covered"] += bool(r["covered"])
+        tot["compiled"] += _compiled(r)
+    merges = old.get("merged", []) + [{"command": new["command"], "date": new["date"], "seconds": new["seconds"],
+                                       "tasks": sorted({r["task"] for r in new["rows"]})}]
+    return {**old, "rows": rows, "totals": totals, "merged": merges}
 
 
 def _holds(select_refs, suite: str, name: str) -> bool:  # noqa: ANN001
@@ -95,6 +118,9 @@ def _markdown(data: dict) -> str:
             r = cell.get((key, t))  # type: ignore[arg-type]
             marks.append("?" if r is None else ("✓ " + r["best"]) if r["covered"] else ("—" if r["status"] == "declined" else "✗ " + r["status"]))
         lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(marks) + " |")
+    for m in data.get("merged", []):
+        lines += ["", f"Re-judged with `{m['command']}` on {m['date']} ({m['seconds']:.0f} s), rows replaced: "
+                  + ", ".join(m["tasks"]) + "."]
     fails = [r for r in data["rows"] if not r["covered"] and r["status"] != "declined"]
     if fails:
         lines += ["", "## Judged but not correct", ""]
@@ -109,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", default=None, help="comma-separated task ids/names to limit the run")
     p.add_argument("--out", default=str(RESULTS), help="folder for coverage.md / coverage.json")
     p.add_argument("--db", default=None, help="store file (default: a fresh temporary one)")
+    p.add_argument("--merge", action="store_true", help="replace only the named tasks' rows in the existing coverage.json")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     for name in ("mk", "jax", "absl"):
@@ -128,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                  "seconds": time.perf_counter() - t0, "targets": targets})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge and (out / "coverage.json").exists():
+        data = merge(json.loads((out / "coverage.json").read_text()), data)
     (out / "coverage.json").write_text(json.dumps(data, indent=2))
     (out / "coverage.md").write_text(_markdown(data))
     print(_markdown(data))
