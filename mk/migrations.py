@@ -294,3 +294,26 @@ def m010_optimize_cache(conn: duckdb.DuckDBPyConnection) -> None:
             created_at TIMESTAMP NOT NULL
         )"""
     )
+
+
+@migration
+def m011_lessons(conn: duckdb.DuckDBPyConnection) -> None:
+    """What past runs learned: an error with the fix that resolved it, a plan with how it did (per target and shape
+    class); retrieved for the fixer and the planner of later runs (:mod:`mk.lessons`)."""
+    conn.execute(
+        """CREATE TABLE lessons (
+            id VARCHAR PRIMARY KEY,
+            kind VARCHAR NOT NULL,
+            target VARCHAR NOT NULL,
+            task VARCHAR NOT NULL,
+            shape_class VARCHAR NOT NULL,
+            problem VARCHAR NOT NULL,
+            lesson VARCHAR NOT NULL,
+            status VARCHAR,
+            speedup DOUBLE,
+            run_id VARCHAR,
+            node_id VARCHAR,
+            created_at TIMESTAMP NOT NULL,
+            dropped BOOLEAN NOT NULL DEFAULT false
+        )"""
+    )

@@ -470,6 +470,31 @@ class Store:
         )
         return call_id
 
+    # --- lessons (mk.lessons) ----------------------------------------------------
+    def add_lesson(self, *, kind: str, target: str, task: str, shape_class: str, problem: str, lesson: str,
+                   status: str | None = None, speedup: float | None = None, run_id: str | None = None,
+                   node_id: str | None = None) -> str:
+        lesson_id = new_id()
+        self.execute("INSERT INTO lessons VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, false)",
+                     [lesson_id, kind, target, task, shape_class, problem, lesson, status, _finite(speedup), run_id, node_id,
+                      _now()])
+        return lesson_id
+
+    def lessons(self, *, kind: str | None = None, target: str | None = None, dropped: bool = False) -> list[dict[str, Any]]:
+        """Lessons, newest first (``dropped`` ones only when asked)."""
+        return self.query(
+            """SELECT * FROM lessons WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR target = ?) AND (dropped = false OR ?)
+               ORDER BY created_at DESC""", [kind, kind, target, target, dropped])
+
+    def drop_lesson(self, ident: str) -> dict[str, Any]:
+        """Mark the lesson ``ident`` (an id or a unique prefix) dropped: it is never retrieved again."""
+        rows = self.query("SELECT * FROM lessons WHERE id LIKE ?", [ident + "%"]) if ident else []
+        if len(rows) != 1:
+            raise StoreError(f"no lesson matches {ident!r}" if not rows else f"{len(rows)} lessons match {ident!r}",
+                             hint="`mk kb lessons` lists them with their ids")
+        self.execute("UPDATE lessons SET dropped = true WHERE id = ?", [rows[0]["id"]])
+        return rows[0]
+
     def lm_spend(self, run_id: str | None) -> dict[str, Any]:
         """Totals for one run's LM calls (all runs when ``run_id`` is None)."""
         row = self._one(

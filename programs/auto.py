@@ -54,6 +54,7 @@ class Context:
     node_id: str | None = None  # the node of the attempt in flight, once its code exists
     iteration: int = 0  # the attempt in flight (0 outside an Auto loop)
     plan: "Plan | None" = None  # the attempt's plan (what a fixer must keep), once chosen
+    lessons: str = ""  # what earlier runs learned that fits this call (mk.lessons): fixes for a fixer, plans for a planner
 
 
 class Author(Protocol):
@@ -122,6 +123,7 @@ class Attempt:
     profile: ProfileReport | None = None
     feedback: str = ""
     failure: tuple[str, str, str] | None = None  # (phase, status, reason)
+    fixed_from: tuple[str, str] | None = None  # (error, source) the last fix started from, until it validates
 
 
 @dataclass
@@ -136,6 +138,7 @@ class Trajectory:
     stop_reason: str = ""
     failed: bool = False  # stopped by a fault (the language model failing after its retries), not by a rule
     run: Any = None  # the mk.run.Run this trajectory belongs to, when it is stored
+    plan_lessons: str | None = None  # earlier runs' plans for similar tasks (None: not looked up yet)
 
     @property
     def best(self) -> Snapshot | None:
@@ -260,7 +263,9 @@ class Auto:
         if a.iteration > self.iterations:
             self._finish(traj, f"ran the maximum of {self.iterations} iterations")
             return PhaseResult("plan", None, True, traj.stop_reason)
-        plan = self.author.plan(self._ctx(traj))
+        ctx = self._ctx(traj)
+        ctx.lessons = self._plan_lessons(traj)
+        plan = self.author.plan(ctx)
         if plan is None:
             why = getattr(self.author, "stop_reason", "") or ""
             self._finish(traj, f"the {self.author.name} author has no further proposals" + (f" ({why})" if why else ""))
@@ -310,14 +315,25 @@ class Auto:
         a.validation = res
         if res.status == "correct":
             a.next_phase = "test"
+            if a.fixed_from is not None:  # the last fix resolved the error: a lesson for later runs
+                from mk.lessons import record_fix
+
+                record_fix(self.store, task=traj.task, target=self.target, error=a.fixed_from[0], before=a.fixed_from[1],
+                           after=a.proposal.source, run_id=traj.run_id, node_id=a.node_id)
+                a.fixed_from = None
             return PhaseResult("validate", res, True, "compiles and passes a first case")
         # a static-check rejection (try/except, a denied import, module state) is fixed like a compile error
         static = res.step("static")
         rule = res.status == "rejected" and static is not None and static.ok is False
         if (res.status == "compile_error" or rule) and a.fixes < self.max_fixes:
             a.fixes += 1
-            fixed = self.author.fix(self._ctx(traj), a.proposal, res.reason)
+            from mk.lessons import recall
+
+            ctx = self._ctx(traj)
+            ctx.lessons = recall(self.store, res.reason, kind="fix", target=self.target, exclude_run=traj.run_id)
+            fixed = self.author.fix(ctx, a.proposal, res.reason)
             if fixed is not None:
+                a.fixed_from = (res.reason, a.proposal.source)
                 a.proposal = fixed
                 out = self.accept_code(traj, "validate")
                 what = "static-check rejection" if rule else "compile error"
@@ -373,6 +389,11 @@ class Auto:
         snap = Snapshot(a.iteration, proposal.name, proposal.rationale, proposal.source, config, status, reason, speedup, res,
                         a.node_id, note, phase, a.profile, a.feedback)
         self._record(traj, snap)
+        if snap.correct and a.plan is not None:
+            from mk.lessons import record_plan
+
+            record_plan(self.store, task=traj.task, target=self.target, plan=f"{a.plan.name}: {a.plan.text}", speedup=speedup,
+                        run_id=traj.run_id, node_id=a.node_id)
         traj.snapshots.append(snap)
         traj.parent = a.node_id or traj.parent
         self.on_event("snapshot", {"iteration": a.iteration, "status": status, "reason": reason, "speedup": speedup})
@@ -384,6 +405,17 @@ class Auto:
         return PhaseResult("snapshot", snap, snap.correct, snap.summary())
 
     # --- helpers -------------------------------------------------------------------
+    def _plan_lessons(self, traj: Trajectory) -> str:
+        """Plans that worked in earlier runs on similar tasks for this target (computed once per trajectory)."""
+        if self.store is None:
+            return ""
+        if traj.plan_lessons is None:
+            from mk.lessons import recall, task_words
+
+            traj.plan_lessons = recall(self.store, task_words(traj.task), kind="plan", target=self.target,
+                                       exclude_run=traj.run_id) if self.store.lessons(kind="plan", target=self.target) else ""
+        return traj.plan_lessons
+
     def _fail(self, traj: Trajectory, phase: str, status: str, reason: str, res: EvalResult | None = None) -> PhaseResult:
         a = traj.attempt
         a.failure = (phase, status, reason)

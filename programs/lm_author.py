@@ -599,7 +599,8 @@ class LMAuthor:
         history = history_text(ctx.history)
         kernels = kernels_text(ctx.history, reasons=False)
         hardware = hardware_brief(ctx.target)
-        passages = self._retrieve(f"{ctx.task.name} {ctx.target} pallas kernel\n{brief[:400]}\n{feedback[-300:]}", ctx.target)
+        passages = with_lessons(ctx, self._retrieve(f"{ctx.task.name} {ctx.target} pallas kernel\n{brief[:400]}\n{feedback[-300:]}",
+                                                    ctx.target), "Plans that worked in earlier runs on similar tasks")
         digest = hashlib.sha256("\0".join([str(self.rollout), brief, ctx.target, passages, feedback, history, kernels]).encode()).hexdigest()
         given = self._proposed.setdefault(digest, [])  # plans this author already gave for these very inputs
         tried = {s.proposal: s for s in ctx.history}
@@ -649,7 +650,7 @@ class LMAuthor:
         from mk.programs.test_synthesizer import input_spec
 
         attempts = self._fixes.setdefault((getattr(ctx, "iteration", 0), proposal.name), [])
-        passages = self._retrieve(error[-1500:], ctx.target)
+        passages = with_lessons(ctx, self._retrieve(error[-1500:], ctx.target), "Fixes that resolved similar errors in earlier runs")
         plan = getattr(ctx, "plan", None)
         try:
             with node_scope(self._node(ctx)), agent_scope(self.fixer.agent), dspy.context(lm=self.draw_lm()):
@@ -806,6 +807,14 @@ class LMAuthor:
         except (KnowledgeError, OSError, ValueError) as exc:
             log.warning("knowledge retrieval failed (the author goes on without passages): %s", exc)
             return ""
+
+
+def with_lessons(ctx: Any, passages: str, heading: str) -> str:
+    """``passages`` with the lessons Auto found for this call (mk.lessons) in front of them, under ``heading``."""
+    lessons = getattr(ctx, "lessons", "") or ""
+    if not lessons:
+        return passages
+    return f"{heading} (mk's own lessons, with where each came from):\n{lessons}" + (f"\n\n{passages}" if passages else "")
 
 
 def _fixes_text(attempts: list[dict[str, str]], error: str) -> str:

@@ -32,6 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=_rebuild)
 
+    ls = sub.add_parser("lessons", help="what past runs learned (fixes that resolved errors, plans that worked); drop one")
+    ls.add_argument("--kind", choices=["fix", "plan"], default=None, help="only this kind")
+    ls.add_argument("--target", choices=["tpu", "gpu", "cpu"], default=None, help="only lessons for this target")
+    ls.add_argument("--drop", metavar="ID", default=None, help="drop the lesson with this id (or unique prefix): never retrieved again")
+    ls.add_argument("--all", action="store_true", help="also list dropped lessons")
+    ls.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
+    ls.add_argument("--json", action="store_true", help="print the lessons as JSON")
+    ls.set_defaults(func=_lessons)
+
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -96,4 +105,35 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _rebuild(args: argparse.Namespace) -> int:
     _print_stats(_store(args).rebuild(), args.json)
+    return 0
+
+
+def _lessons(args: argparse.Namespace) -> int:
+    from mk.commands._console import console
+    from mk.commands.runs import read_store
+
+    if args.drop:
+        from mk.store import Store
+
+        with read_store(args.db), Store.open(args.db) as store:
+            row = store.drop_lesson(args.drop)
+        print(json.dumps({"dropped": row["id"]}) if args.json else f"dropped lesson {row['id']} ({row['kind']}, task {row['task']})")
+        return 0
+    with read_store(args.db) as store:
+        rows = store.lessons(kind=args.kind, target=args.target, dropped=args.all)
+    if args.json:
+        print(json.dumps(rows, default=str))
+        return 0
+    if not rows:
+        console().print("no lessons yet: runs keep one when a fix resolves an error or a plan gives a correct kernel")
+        return 0
+    from rich.table import Table
+
+    table = Table("id", "kind", "target", "task", "shape class", "what", "from run", "speedup")
+    for r in rows:
+        what = (r["problem"].strip().splitlines() or [""])[-1][:70] if r["kind"] == "fix" else r["lesson"][:70]
+        speed = f"{r['speedup']:.2f}x" if r.get("speedup") is not None else "-"
+        table.add_row(r["id"][:10] + (" (dropped)" if r.get("dropped") else ""), r["kind"], r["target"], r["task"],
+                      r["shape_class"], what, str(r.get("run_id") or "")[:12], speed)
+    console().print(table)
     return 0
