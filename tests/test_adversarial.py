@@ -115,9 +115,11 @@ EXPECTED = [
     Expect("rule09_memory.py", "tanh", "cpu", ("crashed", "timeout"), r"(?i)memory", {"memory_limit_mb": 1024}),
     Expect("rule10_overfit.py", "tanh", "cpu", ("incorrect",), r"\(wide, seed"),
     Expect("rule11_bf16.py", "mm", "cpu", ("incorrect",), r"max abs error \d"),
-    # one AOT executable serves cases and timing: the trace counter never reaches its cheap branch in time
-    Expect("rule12_retrace_timing.py", "mm", "cpu", ("correct", "incorrect"), r"all \d+ cases match|timed run on input set",
-           {"measure": True}),
+    # one AOT executable serves cases and timing: the trace counter never reaches its cheap branch in time; since
+    # round 5 the static check refuses the counter (next() on a module-level iterator), and behind it the second
+    # fresh size is a fourth trace, so the cheap branch is judged there
+    Expect("rule12_retrace_timing.py", "mm", "cpu", ("correct", "incorrect"),
+           r"all \d+ cases match|timed run on input set|output 0 is float32", {"measure": True}),
     Expect("control_fp16_rmsnorm.py", "rms16", "cpu", ("correct",), r"all \d+ cases match"),
     Expect("rule20_fp16_square.py", "rms16", "cpu", ("incorrect",), r"large_magnitude\): \d+ of \d+ values outside"),
     # round 2 (docs/judge.md): the trust boundary, program checks, semantics, crashes
