@@ -7,9 +7,15 @@ CLI start fast.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 __version__ = "0.1.0"
+
+# DSPy's response cache lives with mk's other state (MK_HOME, default ~/.mk), so reruns are predictable and one
+# folder holds everything mk keeps; set DSPY_CACHEDIR to put it elsewhere. DSPy reads it when it is first imported.
+os.environ.setdefault("DSPY_CACHEDIR", os.path.join(os.environ.get("MK_HOME") or os.path.join(os.path.expanduser("~"), ".mk"),
+                                                    "dspy-cache"))
 
 _LAZY = {
     "Task": "mk.task",

@@ -73,13 +73,30 @@ def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = No
     from mk.programs.lm_author import LMAuthor
 
     accountant = Accountant(store, run_id=run_id, budget=budget)
+    agent_lms = {agent: accounted(resolve_lm(model).lm, accountant) for agent, model in agent_models().items()}
     author = LMAuthor(accounted(choice.lm, accountant), knowledge=knowledge if knowledge is not None else LazyKnowledge(),
-                      model=choice.model, explore_without_device=explore)
+                      model=choice.model, explore_without_device=explore, agent_lms=agent_lms)
     if choice.kind != "explicit" or isinstance(lm, str):  # built from a model string: a later session rebuilds it the same way
         author.spec = f"lm:{choice.model}"
     announcement = (f"using the language model {choice.model} ({choice.reason}): planner, implementer, compile fixer, "
                     "profile analyst and test synthesizer, with the built-in rule-based proposals tried first where they apply")
     return author, announcement
+
+
+#: the sub-agents a model can be set for, by the environment variable MK_LM_<NAME> (e.g. MK_LM_COMPILE_FIXER)
+AGENTS = ("planner", "implementer", "compile_fixer", "profile_analyst", "test_synthesizer", "tuning_space")
+
+
+def agent_models(environ: Any = None) -> dict[str, str]:
+    """The per-agent models the environment sets (``MK_LM_COMPILE_FIXER=gemini/gemini-2.5-flash`` gives the fixer
+    a cheaper model; ``MK_LM_FIXER`` is accepted for it too); the other agents use the run's model."""
+    import os
+
+    env = os.environ if environ is None else environ
+    out = {a: env[f"MK_LM_{a.upper()}"].strip() for a in AGENTS if env.get(f"MK_LM_{a.upper()}", "").strip()}
+    if env.get("MK_LM_FIXER", "").strip() and "compile_fixer" not in out:
+        out["compile_fixer"] = env["MK_LM_FIXER"].strip()
+    return out
 
 
 def prepare_suite(author: Any, task: Task, target: str) -> tuple[Task, Any]:

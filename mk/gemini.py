@@ -82,7 +82,10 @@ class GeminiEngine:
         self.vertexai = vertexai
         self.project = project
         self.location = location
-        self.base_url = base_url
+        import os
+
+        #: MK_GEMINI_BASE_URL (or google-genai's own GOOGLE_GEMINI_BASE_URL) points every call at a proxy or a test server
+        self.base_url = base_url or os.environ.get("MK_GEMINI_BASE_URL") or os.environ.get("GOOGLE_GEMINI_BASE_URL") or None
         self.timeout_s = float(timeout_s)
         self.agent_settings = dict(DEFAULT_AGENT_SETTINGS if agent_settings is None else agent_settings)
         self.default_settings = default_settings

@@ -52,7 +52,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import dspy
 
@@ -478,7 +478,7 @@ class LMAuthor:
     def __init__(self, lm: Any, *, knowledge: Retriever | None = None, k: int = 5, seeds: bool = True,
                  synthesize_tests: bool = True, attempts: int = 3, model: str | None = None,
                  rollout: int | None = None, temperature: float | None = None, explore_without_device: bool = False,
-                 replans: int = 2):
+                 replans: int = 2, agent_lms: Mapping[str, Any] | None = None):
         if temperature is not None and not temperature > 0:
             raise ConfigError(f"sampling temperature must be above 0, got {temperature}",
                               hint="rollouts only draw different answers at a temperature above 0; omit it for the default")
@@ -514,6 +514,8 @@ class LMAuthor:
         self._lm_plans = 0
         self.explore_without_device = explore_without_device
         self.replans = replans
+        #: a model per sub-agent (``compile_fixer``, ``planner`` ...) where it is not ``lm`` (a cheaper fixer)
+        self.agent_lms = dict(agent_lms or {})
         self._sticky_stop = False  # a stop for good (analyst, planner failure, no device), not "no new plan this time"
         self._proposed: dict[str, list[Any]] = {}  # digest of the planner's inputs -> plans given for them
         self._implemented: dict[str, int] = {}  # plan name -> times implemented by this author
@@ -526,7 +528,7 @@ class LMAuthor:
         ``rollout`` makes its LM calls an independent sample (see the class docstring)."""
         return LMAuthor(self.lm, knowledge=self.knowledge, k=self.k, seeds=self.seeds, synthesize_tests=self.synthesize_tests,
                         attempts=self.attempts, model=self.model, rollout=rollout, temperature=self.temperature,
-                        explore_without_device=self.explore_without_device, replans=self.replans)
+                        explore_without_device=self.explore_without_device, replans=self.replans, agent_lms=self.agent_lms)
 
     @property
     def sample_temperature(self) -> float:
@@ -539,16 +541,19 @@ class LMAuthor:
     def draw_lm(self, repeat: int = 0) -> Any:
         """The LM for one sub-agent call: ``self.lm`` itself (DSPy's cache may answer) unless this author samples a
         rollout or the call repeats inputs (``repeat`` > 0); then a copy with a distinct ``rollout_id``."""
+        from mk.lm import current_agent
+
+        lm = self.agent_lms.get(current_agent() or "", self.lm)  # the sub-agent in scope may have its own model
         if self.rollout is None and repeat == 0:
-            return self.lm
+            return lm
         k = 0 if self.rollout is None else self.rollout
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ConfigError(f"rollout must be an int >= 0 or None, got {self.rollout!r}", hint="use the sample's index")
-        if not callable(getattr(self.lm, "copy", None)):
-            log.warning("%s has no copy(); its calls cannot draw independent samples", type(self.lm).__name__)
-            return self.lm
+        if not callable(getattr(lm, "copy", None)):
+            log.warning("%s has no copy(); its calls cannot draw independent samples", type(lm).__name__)
+            return lm
         rollout_id = (k + repeat) * (k + repeat + 1) // 2 + repeat  # Cantor pairing: one id per (rollout, repeat)
-        return self.lm.copy(rollout_id=rollout_id, temperature=self.sample_temperature)
+        return lm.copy(rollout_id=rollout_id, temperature=self.sample_temperature)
 
     @property
     def accountant(self) -> Any:
