@@ -195,6 +195,7 @@ EXPECTED = [
     Expect("r5_mimic_outside_envelope.py", "tanh", "cpu", ("compile_error",), r"judged as a failure"),
     Expect("r5_mimic_unverifiable.py", "tanh", "cpu", ("compile_error",), r"judged as a failure"),
     Expect("r5_env_default_backend.py", "tanh", "tpu", ("incorrect",), r"outside atol"),
+    Expect("r5_env_device_platform.py", "tanh", "gpu", ("incorrect",), r"outside atol"),
     Expect("r5_timebomb_trace_counter.py", "tanh", "cpu", ("rejected",), r"cache trick"),
     Expect("r5_timebomb_cache_size.py", "tanh", "cpu", ("rejected",), r"cache trick"),
     Expect("r5_relation_between_dims.py", "rowmean", "cpu", ("incorrect",), r"fresh size"),

@@ -23,6 +23,7 @@ same trace, and the verdict says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -76,7 +77,7 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
     module = importlib.util.module_from_spec(mod_spec)
     sys.modules["candidate"] = module
     try:
-        with _state["target"].lowering_context(spec.get("chip", "v6e")):
+        with _state["target"].lowering_context(spec.get("chip", "v6e")), _platform_seen():
             mod_spec.loader.exec_module(module)
     except BaseException as exc:  # noqa: BLE001
         return _failure("import", exc, denied_events())
@@ -109,6 +110,64 @@ def _seen_as_target(target: Any) -> None:
 
     jax.default_backend = default_backend
     _state["real_default_backend"] = real
+    _state["seen_platform"] = target.device_platform
+
+
+class _SeenDevice:
+    """A device as the candidate's code sees it while it is traced without the target's device: the real one (or the
+    assumed TPU chip) in every respect but ``platform``, which is the target's."""
+
+    __slots__ = ("_device", "platform")
+
+    def __init__(self, device: Any, platform: str) -> None:
+        self._device, self.platform = device, platform
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._device, name)
+
+    def __eq__(self, other: object) -> bool:
+        return self._device == (other._device if isinstance(other, _SeenDevice) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._device)
+
+    def __repr__(self) -> str:
+        return repr(self._device)
+
+
+@contextlib.contextmanager
+def _platform_seen() -> Any:
+    """While it is active, ``jax.devices()`` / ``jax.local_devices()`` (no arguments: the default backend) report the
+    target's platform (the candidate's import and its traces, kernel bodies included; not the lowering after them)."""
+    import jax
+
+    platform = _state.get("seen_platform")
+    if platform is None:
+        yield
+        return
+
+    def wrap(query: Any) -> Any:
+        def devices(*args: Any, **kwargs: Any) -> Any:
+            found = query(*args, **kwargs)
+            return found if args or kwargs else [_SeenDevice(d, platform) for d in found]
+
+        return devices
+
+    real = jax.devices, jax.local_devices
+    jax.devices, jax.local_devices = wrap(real[0]), wrap(real[1])
+    try:
+        yield
+    finally:
+        jax.devices, jax.local_devices = real
+
+
+def _as_target(fn: Any) -> Any:
+    """``fn`` run under :func:`_platform_seen`."""
+    def traced(*args: Any) -> Any:
+        with _platform_seen():
+            return fn(*args)
+
+    return traced
 
 
 def trace(request: dict[str, Any]) -> dict[str, Any]:
@@ -125,7 +184,7 @@ def trace(request: dict[str, Any]) -> dict[str, Any]:
         t1 = time.perf_counter()
         static = decode_static(s["static"])
         structs = [jax.ShapeDtypeStruct(tuple(sh), dtype_of(dt)) for sh, dt in s["structs"]]
-        fn = _bind(entry, static, spec["static_as_kwargs"], spec["static_names"], spec.get("config") or {})
+        fn = _as_target(_bind(entry, static, spec["static_as_kwargs"], spec["static_names"], spec.get("config") or {}))
         try:
             with target.lowering_context(spec.get("chip", "v6e")):
                 scales[s["name"]] = _programs(workdir, s["name"], fn, structs, target)
