@@ -343,6 +343,7 @@ def optimize(
     tune: bool = True,
     budget: Any = None,
     search: dict[str, Any] | None = None,
+    explore: bool = False,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
     db: str | Path | None = None,
     out: str | Path | None = None,
@@ -409,6 +410,9 @@ def optimize(
     budget
         A :class:`mk.budget.Budget` (LM calls, cost, wall time) or BudgetMeter; the run stops with a clear
         reason when it is spent.
+    explore
+        With a model and no device of the target nothing can be timed, so the LM author stops after its first
+        correct kernel (and says so before spending); ``explore=True`` keeps asking it.
     on_event
         ``on_event(kind, payload)`` progress callback.
 
@@ -463,7 +467,7 @@ def optimize(
                 return OptimizedFunction(fn, task, report, rows[0]["kernel_source"], spec=spec, cached=True)
             log.info("mk.optimize: the stored run %s found no kernel; optimising again", report.run_id)
     report = optimize_task(task, target=target, lm=lm, mode=mode, iterations=iterations, db=db, out=out, tune=tune,
-                           max_trials=max_trials, on_event=on_event, budget=budget, search=search)
+                           max_trials=max_trials, on_event=on_event, budget=budget, search=search, explore=explore)
     source = Path(report.kernel_path).read_text() if report.kernel_path else None
     if key is not None:
         with Store.open(db) as store:

@@ -21,6 +21,116 @@ from mk.task import Task
 log = logging.getLogger(__name__)
 
 
+class Author:
+    """The contract every author keeps (the offline rules, the LM sub-agents, a person's scripted one).
+
+    Required: ``name``, :meth:`plan` and :meth:`implement`. The rest have defaults an author overrides when it has
+    more to say: :meth:`fix` (repair a compile error / static rejection; default: cannot), :meth:`analyse` (read a
+    profile; default: nothing), :meth:`prepare` (synthesised test cases before the suite is frozen), :meth:`fork`
+    (a fresh author for a search node), :meth:`bind_run` (attribute its model calls to a run), :meth:`spend` (what it
+    has spent), ``stop_reason`` (why it has no further plan), ``declined`` (why it made no proposal, per rule),
+    ``meter`` (the budget its calls are charged to), ``spec`` (the string that rebuilds it: ``offline``,
+    ``lm:<model>`` or ``module:Factory``; "" when it cannot be rebuilt in another process)."""
+
+    name: str = "author"
+    spec: str = ""
+    stop_reason: str = ""
+    declined: dict[str, str] = {}
+    meter: Any = None
+
+    def plan(self, ctx: Any) -> Any:
+        raise NotImplementedError
+
+    def implement(self, ctx: Any, plan: Any) -> Any:
+        raise NotImplementedError
+
+    def fix(self, ctx: Any, proposal: Any, error: str) -> Any:
+        return None
+
+    def analyse(self, ctx: Any, report: Any) -> str:
+        return ""
+
+    def prepare(self, task: Task, target: str) -> tuple[Task, list[Any]]:
+        return task, []
+
+    def fork(self, **kwargs: Any) -> "Author":
+        import copy
+
+        return copy.deepcopy(self)
+
+    def bind_run(self, run_id: str | None) -> None:
+        return None
+
+    def spend(self) -> dict[str, Any]:
+        """LM calls and cost charged so far (``{}`` for an author that calls no model)."""
+        if self.meter is None:
+            return {}
+        u = self.meter.usage()
+        return {"lm_calls": u.lm_calls, "cost_usd": u.cost_usd}
+
+
+class Adapted(Author):
+    """An object that plans and implements but does not derive from :class:`Author`, with the contract's defaults
+    for what it lacks (tests and notebooks write such authors)."""
+
+    def __init__(self, inner: Any):
+        for required in ("plan", "implement"):
+            if not callable(getattr(inner, required, None)):
+                from mk.errors import ConfigError
+
+                raise ConfigError(f"{type(inner).__name__} is not an author: it has no {required}() method",
+                                  hint="an author needs name, plan(ctx) and implement(ctx, plan); see mk.authors.Author")
+        self.inner = inner
+        self.name = str(getattr(inner, "name", type(inner).__name__))
+
+    def __getattr__(self, item: str) -> Any:  # what the inner author has (only called for what Adapted lacks)
+        if item == "inner":
+            raise AttributeError(item)
+        return getattr(self.inner, item)
+
+    # the contract's attributes read through to the inner author (class defaults would shadow them otherwise)
+    spec = property(lambda self: getattr(self.inner, "spec", "") or "")
+    stop_reason = property(lambda self: getattr(self.inner, "stop_reason", "") or "")
+    declined = property(lambda self: getattr(self.inner, "declined", None) or {})
+    meter = property(lambda self: getattr(self.inner, "meter", None))
+
+    def plan(self, ctx: Any) -> Any:
+        return self.inner.plan(ctx)
+
+    def implement(self, ctx: Any, plan: Any) -> Any:
+        return self.inner.implement(ctx, plan)
+
+    def fix(self, ctx: Any, proposal: Any, error: str) -> Any:
+        f = getattr(self.inner, "fix", None)
+        return f(ctx, proposal, error) if callable(f) else None
+
+    def analyse(self, ctx: Any, report: Any) -> str:
+        f = getattr(self.inner, "analyse", None)
+        return f(ctx, report) if callable(f) else ""
+
+    def prepare(self, task: Task, target: str) -> tuple[Task, list[Any]]:
+        f = getattr(self.inner, "prepare", None)
+        return f(task, target) if callable(f) else (task, [])
+
+    def fork(self, **kwargs: Any) -> Author:
+        f = getattr(self.inner, "fork", None)
+        return as_author(f(**kwargs) if callable(f) else __import__("copy").deepcopy(self.inner))
+
+    def bind_run(self, run_id: str | None) -> None:
+        f = getattr(self.inner, "bind_run", None)
+        if callable(f):
+            f(run_id)
+
+    def spend(self) -> dict[str, Any]:
+        f = getattr(self.inner, "spend", None)
+        return f() if callable(f) else Author.spend(self)
+
+
+def as_author(obj: Any) -> Author:
+    """``obj`` as an :class:`Author`: itself when it derives from it, else wrapped with the contract's defaults."""
+    return obj if isinstance(obj, Author) else Adapted(obj)
+
+
 class LazyKnowledge:
     """A knowledge store opened on the first ``retrieve``; if it cannot be opened, retrieval is off (logged once)."""
 
@@ -100,13 +210,9 @@ def agent_models(environ: Any = None) -> dict[str, str]:
 
 
 def prepare_suite(author: Any, task: Task, target: str) -> tuple[Task, Any]:
-    """Freeze the suite before the first plan, with the author's synthesised cases when it has any.
+    """Freeze the suite before the first plan, with the author's synthesised cases: ``(task, suite)`` (see
+    :func:`mk.run.service.freeze_suite`, which also returns what a resume needs to rebuild them)."""
+    from mk.run.service import freeze_suite
 
-    Returns ``(task, suite)``: the task gains a scale per synthesised case
-    with new shapes; the suite holds the task's usual cases for its own
-    scales plus the synthesised ones."""
-    from mk.harness.suite import build_suite
-
-    prepare = getattr(author, "prepare", None)
-    run_task, extra = prepare(task, target) if callable(prepare) else (task, [])
-    return run_task, build_suite(run_task, scales=list(task.scales), extra_cases=extra)
+    run_task, suite, _ = freeze_suite(as_author(author), task, target)
+    return run_task, suite

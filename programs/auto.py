@@ -17,7 +17,7 @@ import functools
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from mk.author.proposal import Proposal
 from mk.candidate import Candidate
@@ -57,16 +57,8 @@ class Context:
     lessons: str = ""  # what earlier runs learned that fits this call (mk.lessons): fixes for a fixer, plans for a planner
 
 
-class Author(Protocol):
-    name: str
-
-    def plan(self, ctx: Context) -> Plan | None: ...
-
-    def implement(self, ctx: Context, plan: Plan) -> Proposal: ...
-
-    def fix(self, ctx: Context, proposal: Proposal, error: str) -> Proposal | None: ...
-
-    def analyse(self, ctx: Context, report: ProfileReport) -> str: ...
+#: the author contract (required plan/implement, defaulted hooks): one definition, in mk.authors
+from mk.authors import Author, as_author  # noqa: E402
 
 
 @dataclass
@@ -183,7 +175,7 @@ class Auto:
     ):
         if evaluate is None:
             from mk.harness.evaluate import evaluate
-        self.author = author
+        self.author = as_author(author)
         self.target = target
         self.iterations = iterations
         self.target_speedup = target_speedup
@@ -267,7 +259,7 @@ class Auto:
         ctx.lessons = self._plan_lessons(traj)
         plan = self.author.plan(ctx)
         if plan is None:
-            why = getattr(self.author, "stop_reason", "") or ""
+            why = self.author.stop_reason or ""
             self._finish(traj, f"the {self.author.name} author has no further proposals" + (f" ({why})" if why else ""))
             return PhaseResult("plan", None, True, traj.stop_reason)
         a.plan, a.next_phase = plan, "implement"
@@ -440,7 +432,7 @@ class Auto:
 
     def _finish(self, traj: Trajectory, reason: str) -> None:
         """End the trajectory with one stop reason: the same words in the run's row, the report and the CLI."""
-        declined = getattr(self.author, "declined", None) or {}
+        declined = self.author.declined or {}
         if not traj.snapshots and declined and "no further proposals" in reason:  # the author proposed nothing: say why
             reason = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
         best = traj.best

@@ -61,6 +61,7 @@ from mk.errors import AgentOutputError, BudgetExceeded, ConfigError, KnowledgeEr
 from mk.harness.suite import DEFAULT_DISTRIBUTIONS, DEFAULT_SEEDS, Case
 from mk.lm import agent_scope, node_scope
 from mk.profile import ProfileReport
+from mk.authors import Author
 from mk.programs.auto import Context, Plan
 from mk.programs.validation import positional_count
 from mk.task import Scale, Task
@@ -447,7 +448,7 @@ def _fresh_name(base: str, taken: set[str]) -> str:
 
 
 # --- the author -----------------------------------------------------------------------
-class LMAuthor:
+class LMAuthor(Author):
     """Auto's Author backed by the DSPy sub-agents (see the module docstring).
 
     ``lm`` is a DSPy LM already wrapped by :func:`mk.lm.accounted`; ``knowledge``

@@ -12,7 +12,6 @@ context, the default) and ``ray`` (optional: ``pip install "mk[ray]"``).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import importlib
@@ -73,9 +72,9 @@ def make_author(author: Any) -> Any:
         return obj()
     if isinstance(author, type) or (callable(author) and not hasattr(author, "plan")):
         return author()
-    if hasattr(author, "fork"):  # authors holding live resources (an LM client, a store) know how to start afresh
-        return author.fork()
-    return copy.deepcopy(author)
+    from mk.authors import as_author
+
+    return as_author(author).fork()  # authors holding live resources (an LM client, a store) know how to start afresh
 
 
 class BranchAuthor:

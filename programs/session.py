@@ -85,7 +85,7 @@ class Session:
         meter = budget if isinstance(budget, BudgetMeter) or budget is None else BudgetMeter(budget)
         self._auto = Auto(SkipTried(self.author, _resume["tried"] if _resume else []), target=target, iterations=iterations,
                           evaluate=evaluate, tune=tune, max_trials=max_trials, max_fixes=max_fixes, on_event=on_event,
-                          budget=meter if meter is not None else getattr(self.author, "meter", None))
+                          budget=meter if meter is not None else self._auto_meter())
         from mk.run import Run, RunConfig
         from mk.run.config import author_fields
 
@@ -106,6 +106,11 @@ class Session:
             self.traj.snapshots = _resume["snapshots"]
             self.traj.parent = next((s.node_id for s in reversed(self.traj.snapshots) if s.node_id), None)
             self.traj.attempt = Attempt(max((s.iteration for s in self.traj.snapshots), default=0) + 1)
+
+    def _auto_meter(self) -> Any:
+        from mk.authors import as_author
+
+        return as_author(self.author).meter
 
     # --- resuming ------------------------------------------------------------------
     @classmethod

@@ -88,7 +88,10 @@ def test_best_is_the_fastest_measured_correct_else_the_first_correct():
 
 
 # --- Run -----------------------------------------------------------------------------------------
-class _Synthesizer:
+from mk.authors import Author  # noqa: E402
+
+
+class _Synthesizer(Author):
     """An author whose prepare() adds a synthesised case at a new shape (as the LM test synthesizer does)."""
 
     name = "synth"
@@ -204,3 +207,47 @@ def test_explore_is_stored_with_the_run_and_given_back_to_the_rebuilt_author(tmp
     cfg = RunConfig(mode="auto", explore=True, author="offline")
     assert RunConfig.from_dict(cfg.to_dict()).explore is True
     assert RunConfig.from_dict({"target": "tpu"}).explore is False
+
+
+# --- the author contract ------------------------------------------------------------------------
+def test_one_author_contract_with_defaults_for_the_optional_hooks(task_file, tmp_path):
+    from mk.author.adapter import OfflineAuthorAdapter
+    from mk.author.proposal import Proposal
+    from mk.authors import Author, as_author
+    from mk.programs.auto import Auto, Plan
+    from mk.programs.lm_author import LMAuthor
+
+    assert issubclass(OfflineAuthorAdapter, Author) and issubclass(LMAuthor, Author)
+
+    class Minimal(Author):  # only what is required
+        name = "minimal"
+
+        def __init__(self):
+            self.left = ["one"]
+
+        def plan(self, ctx):
+            return Plan(self.left.pop(), "scale the tanh") if self.left else None
+
+        def implement(self, ctx, plan):
+            return Proposal(plan.name, "import jax.numpy as jnp\n\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n", plan.text, "t")
+
+    traj = Auto(Minimal(), target="cpu", iterations=2, tune=False).run(_ci(task_file))
+    assert traj.best is not None and "no further proposals" in traj.stop_reason
+
+    class Duck:  # a plain object: adapted, defaults for the rest
+        name = "duck"
+        declined = {"rule": "why not"}
+
+        def plan(self, ctx):
+            return None
+
+        def implement(self, ctx, plan):
+            raise AssertionError
+
+    a = as_author(Duck())
+    assert isinstance(a, Author) and a.name == "duck" and a.declined == {"rule": "why not"}
+    assert a.fix(None, None, "e") is None and a.analyse(None, None) == "" and a.stop_reason == "" and a.spend() == {}
+    assert a.prepare("task", "cpu") == ("task", []) and as_author(a) is a
+    assert not hasattr(a, "rollout")  # what the author does not have is not invented
+    with pytest.raises(ConfigError, match="no implement"):
+        as_author(type("Half", (), {"plan": lambda self, ctx: None})())

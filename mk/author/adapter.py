@@ -6,10 +6,11 @@ from typing import Any
 
 from mk.author import OfflineAuthor
 from mk.author.proposal import Proposal
+from mk.authors import Author
 from mk.profile import ProfileReport
 
 
-class OfflineAuthorAdapter:
+class OfflineAuthorAdapter(Author):
     """Plans are the applicable templates in order; it cannot repair a compile error.
 
     A plan edited by a person (HITL) is honoured when it names one of this task's proposals (that proposal is

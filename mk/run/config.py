@@ -105,7 +105,7 @@ def author_spec(author: Any) -> str:
     if isinstance(author, str):
         return author
     spec = getattr(author, "spec", None)  # an author that knows how it is rebuilt says so
-    if isinstance(spec, str):
+    if isinstance(spec, str) and spec and not isinstance(author, type):
         return spec
     if type(author).__name__ == "OfflineAuthorAdapter":
         return "offline"

@@ -41,11 +41,12 @@ def _auto(run: Run, author: Any, meter: Any, on_event: Events, snapshots: list[A
     from mk.programs.auto import Attempt, Auto
     from mk.programs.session import SkipTried
 
+    from mk.authors import as_author
+
     cfg = run.config
-    if snapshots:
-        author = SkipTried(author, [s.proposal for s in snapshots])
+    author = as_author(SkipTried(author, [s.proposal for s in snapshots]) if snapshots else author)
     auto = Auto(author, target=cfg.target, iterations=cfg.iterations, store=run.store, tune=cfg.tune, max_trials=cfg.max_trials,
-                max_fixes=cfg.max_fixes, budget=meter if meter is not None else getattr(author, "meter", None), on_event=on_event)
+                max_fixes=cfg.max_fixes, budget=meter if meter is not None else author.meter, on_event=on_event)
     try:
         traj = auto.start(run.task, run=run)
         if snapshots:
@@ -65,8 +66,10 @@ def outcome_of(traj: Any, author: Any, status: str | None = None, reason: str | 
     best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale) if b else None
     rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
              "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]
+    from mk.authors import as_author
+
     return Outcome(traj.run_id, status or traj.status, reason or traj.stop_reason, best, rows,
-                   dict(getattr(author, "declined", {}) or {}))
+                   dict(as_author(author).declined or {}))
 
 
 def _search(run: Run, author: Any, meter: Any, on_event: Events) -> Outcome:
@@ -77,7 +80,7 @@ def _search(run: Run, author: Any, meter: Any, on_event: Events) -> Outcome:
     if not offline and not isinstance(author, str) and cfg.workers != "inline":
         cfg = SearchConfig.from_dict({**cfg.to_dict(), "workers": "inline"})  # an LM author holds a live client
     search = Search("offline" if offline else author, config=cfg, store=run.store, on_event=on_event,
-                    budget=meter if meter is not None else getattr(author, "meter", None))
+                    budget=meter if meter is not None else getattr(author, "meter", None))  # a spec string has no meter
     result = search.run(run.task, run=run)
     n = result.best
     best = Best(n.code, n.status, n.speedup, n.plan or n.key, dict(n.config), n.plan) if n else None

@@ -67,11 +67,14 @@ class Run:
         """Freeze the suite before the first plan and record it with the run: ``(task, suite)``. The author's
         synthesised cases are part of it (``author.prepare``); the task gains a scale per new synthesised shape.
         A ``suite`` given is used as it is (a caller that froze it already)."""
-        if author is not None and hasattr(author, "bind_run"):
+        if author is not None:
+            from mk.authors import as_author
+
+            author = as_author(author)
             author.bind_run(self.id)  # the LM calls from here on (test synthesis included) belong to this run
         synthesized: dict[str, Any] = {}
         if suite is None:
-            task, suite, synthesized = _prepare_suite(author, self.task, self.config.target)
+            task, suite, synthesized = freeze_suite(author, self.task, self.config.target)
             self.task = task
         self.suite = suite
         self.store.record_suite(suite.hash, self.task.fingerprint(), [c.key for c in suite.cases])
@@ -151,15 +154,14 @@ class Run:
         self.config = self.config.replace(**changes)
 
 
-def _prepare_suite(author: Any, task: Any, target: str) -> tuple[Any, Any, dict[str, Any]]:
+def freeze_suite(author: Any, task: Any, target: str) -> tuple[Any, Any, dict[str, Any]]:
     """Freeze ``task``'s suite with the author's synthesised cases: ``(task, suite, synthesized)`` where
     ``synthesized`` records the new scales and cases for the run's config."""
     import dataclasses
 
     from mk.harness.suite import build_suite, scale_record
 
-    prepare = getattr(author, "prepare", None)
-    run_task, extra = prepare(task, target) if callable(prepare) else (task, [])
+    run_task, extra = author.prepare(task, target) if author is not None else (task, [])
     suite = build_suite(run_task, scales=list(task.scales), extra_cases=extra)
     new = [run_task.scales[n] for n in run_task.scales if n not in task.scales]
     synthesized = {}
