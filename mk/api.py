@@ -142,7 +142,7 @@ class OptimizedFunction:
     # --- inside ----------------------------------------------------------------------------------------
     def _absent(self) -> str | None:
         """Why the kernel cannot run on this machine (its target's device is missing); None for cpu kernels."""
-        if self._target.name == "cpu" or self._target.device_present():
+        if self._target.host or self._target.device_present():
             return None
         return f"the kernel was verified for {self._target.name}, and this machine has no {self._target.name.upper()}"
 

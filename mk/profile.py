@@ -106,7 +106,7 @@ def profile(task: Task, result: EvalResult, target: str, *, scale: str | None = 
     except Exception as exc:  # analysis is advisory: a failure is a note, not a crash
         report.notes.append(f"task analysis unavailable: {type(exc).__name__}: {exc}")
     if trace is None:
-        trace = candidate is not None and target != "cpu" and tgt.device_present()
+        trace = candidate is not None and not tgt.host and tgt.device_present()
     if trace and candidate is not None and result.status == "correct":
         try:
             report.heaviest_ops = device_trace(task, candidate, target, scale=scale or (result.scales[-1] if result.scales else None))
@@ -183,7 +183,9 @@ def device_trace(task: Task, candidate: Any, target: str, *, scale: str | None =
         (work / "spec.json").write_text(json.dumps(spec))
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                                                              "TPU_VISIBLE_CHIPS", "XLA_FLAGS", "PYTHONPATH")}
-        env.update(HOME=str(work), TMPDIR=str(work), **({"JAX_PLATFORMS": "cpu"} if target == "cpu" else {}))
+        from mk.targets import get_target
+
+        env.update(HOME=str(work), TMPDIR=str(work), **({"JAX_PLATFORMS": "cpu"} if get_target(target).host else {}))
         proc = subprocess.run([sys.executable, "-m", "mk.profile", str(work)], cwd=work, env=env, capture_output=True,
                               text=True, timeout=timeout_s)
         if proc.returncode != 0:

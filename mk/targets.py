@@ -1,9 +1,14 @@
-"""Targets: ``tpu``, ``gpu`` and ``cpu``.
+"""Targets: ``tpu``, ``gpu`` and ``cpu``, in one registry.
 
 A target knows how to *compile-check* a function on any machine (lower it for
 the target's platform), how to *run* it for correctness (on the device, or in
 Pallas interpret mode where the device is absent) and whether it can be *timed*
-here (only on a real device of that kind; on the CPU for ``cpu``).
+here (only on a real device of that kind; on the CPU for ``cpu``). Its fields
+answer what the rest of mk asks of a target (does a candidate need a kernel,
+which kernel language, which interpreter) so no code compares target names.
+
+Adding a target: one :class:`Target` passed to :func:`register_target` (the
+CLI's ``--target`` choices and :func:`get_target` read the registry).
 """
 
 from __future__ import annotations
@@ -18,9 +23,6 @@ from mk.errors import TargetError
 
 log = logging.getLogger(__name__)
 
-TARGET_NAMES = ("tpu", "gpu", "cpu")
-
-
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -28,6 +30,24 @@ class Target:
     platform: str
     #: the ``jax.devices()`` platform that means "the device is here"
     device_platform: str
+    #: the Pallas kernel language candidates are written in (``mosaic`` for TPU, ``triton`` for GPU); "" for a
+    #: target judged as plain JAX, where a candidate needs no kernel
+    kernel_language: str = ""
+    #: the interpreter a kernel runs in without the device: ``tpu`` (Pallas's TPU interpreter: NaN-filled
+    #: uninitialised memory, race detection, a TPU generation assumed) or ``hlo`` (``interpret=True``)
+    interpreter: str = "hlo"
+    #: the machine mk runs on itself (always present; JAX is pinned to it in the judge's processes)
+    host: bool = False
+
+    @property
+    def needs_kernel(self) -> bool:
+        """Whether a candidate must contain a Pallas kernel (else it is judged as a pure-JAX rewrite)."""
+        return bool(self.kernel_language)
+
+    @property
+    def assumes_chip(self) -> bool:
+        """Whether tracing and lowering without the device assume a chip generation (TPU's Mosaic asks)."""
+        return self.interpreter == "tpu"
 
     # --- where are we ------------------------------------------------------
     def device_present(self) -> bool:
@@ -62,21 +82,21 @@ class Target:
         lowering assumes for generation-dependent choices (v4, v5e, v5p, v6e, 7x)."""
         import jax
 
-        ctx = _assume_tpu_chip(chip) if self.name == "tpu" and not self.device_present() else contextlib.nullcontext()
+        ctx = _assume_tpu_chip(chip) if self.assumes_chip and not self.device_present() else contextlib.nullcontext()
         with ctx:
             return jax.jit(lambda *a: fn(*a)).trace(*arg_structs).lower(lowering_platforms=(self.platform,))
 
     def lowering_context(self, chip: str = "v6e") -> Any:
         """Context for tracing and lowering here: without a TPU, Mosaic (and library code that asks for TPU
         info while tracing) sees the chosen TPU generation."""
-        if self.name == "tpu" and not self.device_present():
+        if self.assumes_chip and not self.device_present():
             return _assume_tpu_chip(chip)
         return contextlib.nullcontext()
 
     def interpret_params(self) -> Any:
         """The interpreter a kernel falls back to when Pallas's HLO interpreter cannot run it: the TPU
         interpreter (NaN-filled uninitialised memory, race detection) for tpu, the HLO interpreter otherwise."""
-        if self.name == "tpu":
+        if self.interpreter == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 
             return pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
@@ -84,7 +104,7 @@ class Target:
 
     def races_found(self) -> bool:
         """Whether the TPU interpreter's race detector saw a race in the last interpreted run."""
-        if self.name != "tpu":
+        if self.interpreter != "tpu":
             return False
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
 
@@ -102,10 +122,10 @@ class Target:
         GPU kernels run with ``interpret=True`` forced on every ``pallas_call``
         (JAX has no global switch for them). On ``cpu`` Pallas only runs
         interpreted, so ``pallas_call`` is always forced to interpret."""
-        if self.name != "cpu" and self.device_present():
+        if not self.host and self.device_present():
             yield
             return
-        if self.name == "tpu":
+        if self.interpreter == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 
             params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
@@ -230,15 +250,34 @@ def _clear_tpu_info_cache(tpu_info: Any) -> None:
         clear()
 
 
-_TARGETS = {
-    "tpu": Target("tpu", platform="tpu", device_platform="tpu"),
-    "gpu": Target("gpu", platform="cuda", device_platform="gpu"),
-    "cpu": Target("cpu", platform="cpu", device_platform="cpu"),
-}
+_TARGETS: dict[str, Target] = {}
 
 
-def get_target(name: str) -> Target:
+def register_target(target: Target) -> Target:
+    """Add ``target`` to the registry (by its name; registering a name again replaces it)."""
+    _TARGETS[target.name] = target
+    return target
+
+
+register_target(Target("tpu", platform="tpu", device_platform="tpu", kernel_language="mosaic", interpreter="tpu"))
+register_target(Target("gpu", platform="cuda", device_platform="gpu", kernel_language="triton"))
+register_target(Target("cpu", platform="cpu", device_platform="cpu", host=True))
+
+
+def target_names() -> tuple[str, ...]:
+    """The registered targets' names (the CLI's ``--target`` choices)."""
+    return tuple(_TARGETS)
+
+
+#: the built-in targets' names (see :func:`target_names` for every registered one)
+TARGET_NAMES = target_names()
+
+
+def get_target(name: Any) -> Target:
+    """The target named ``name`` (a Target is returned as it is)."""
+    if isinstance(name, Target):
+        return name
     try:
         return _TARGETS[name]
-    except KeyError:
-        raise TargetError(f"unknown target {name!r}", hint=f"use one of: {', '.join(TARGET_NAMES)}") from None
+    except (KeyError, TypeError):
+        raise TargetError(f"unknown target {name!r}", hint=f"use one of: {', '.join(_TARGETS)}") from None

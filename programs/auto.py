@@ -297,7 +297,9 @@ class Auto:
         from mk.author import PURE_JAX
 
         proposal = traj.attempt.proposal
-        if proposal is not None and proposal.template in PURE_JAX and self.target != "cpu":
+        from mk.targets import get_target
+
+        if proposal is not None and proposal.template in PURE_JAX and get_target(self.target).needs_kernel:
             return functools.partial(self.evaluate, require_pallas=False)
         return self.evaluate
 

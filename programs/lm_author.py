@@ -642,7 +642,10 @@ class LMAuthor(Author):
         if typed is None:  # a plan written by hand (HITL): let the planner's schema carry its text
             from mk.signatures import Plan as TypedPlan
 
-            typed = TypedPlan(approach="pallas" if ctx.target != "cpu" else "jax", strategy=plan.text, expected_speedup=1.0)
+            from mk.targets import get_target
+
+            typed = TypedPlan(approach="pallas" if get_target(ctx.target).needs_kernel else "jax", strategy=plan.text,
+                              expected_speedup=1.0)
         passages = self._retrieve(f"{typed.approach} {typed.strategy} {typed.memory_placement} {typed.pipelining}", ctx.target)
         repeat = self._implement_repeat(ctx, plan)
         self._implemented[plan.name] = self._implemented.get(plan.name, 0) + 1

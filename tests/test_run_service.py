@@ -251,3 +251,33 @@ def test_one_author_contract_with_defaults_for_the_optional_hooks(task_file, tmp
     assert not hasattr(a, "rollout")  # what the author does not have is not invented
     with pytest.raises(ConfigError, match="no implement"):
         as_author(type("Half", (), {"plan": lambda self, ctx: None})())
+
+
+# --- plug-in points ---------------------------------------------------------------------------------
+def test_targets_are_a_registry_and_say_what_they_need():
+    from mk.targets import Target, _TARGETS, get_target, register_target, target_names
+
+    tpu, gpu, cpu = (get_target(n) for n in ("tpu", "gpu", "cpu"))
+    assert (tpu.needs_kernel, gpu.needs_kernel, cpu.needs_kernel) == (True, True, False)
+    assert (tpu.kernel_language, gpu.kernel_language) == ("mosaic", "triton") and tpu.assumes_chip and not gpu.assumes_chip
+    assert cpu.host and not tpu.host and get_target(tpu) is tpu
+    try:
+        register_target(Target("gpu-rocm", platform="rocm", device_platform="gpu", kernel_language="triton"))
+        assert "gpu-rocm" in target_names() and get_target("gpu-rocm").platform == "rocm"
+        from mk.cli import build_parser
+
+        help_text = build_parser()._subparsers._group_actions[0].choices["optimize"].format_help()
+        assert "gpu-rocm" in help_text  # the CLI's --target choices read the registry
+    finally:
+        _TARGETS.pop("gpu-rocm", None)
+    with pytest.raises(TargetError, match="unknown target"):
+        get_target("fpga")
+
+
+def test_search_algorithms_are_a_registry():
+    from mk.programs.search import SearchConfig
+    from mk.programs.search_algorithms import ALGORITHMS
+
+    assert set(ALGORITHMS) == {"beam", "parallel", "greedy", "evolve"}
+    for name in ALGORITHMS:
+        SearchConfig(algorithm=name)  # each is accepted by the config check that reads the registry

@@ -20,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", default="auto",
                    help="auto | search | best-of-n, or several separated by commas to compare them on the same tasks")
     p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
-    p.add_argument("--target", choices=["tpu", "gpu", "cpu"], default="tpu")
+    from mk.targets import target_names
+
+    p.add_argument("--target", choices=target_names(), default="tpu", help="where the kernel will run (default: tpu)")
     p.add_argument("--tasks", default=None, help="comma-separated task ids or names (default: all)")
     p.add_argument("--iterations", type=int, default=4, help="auto/search: iterations per trajectory")
     p.add_argument("--samples", "-n", type=int, default=4, help="best-of-n: independent candidates per task")

@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hitl", help="optimise a task with a person approving, editing or redoing each phase")
     p.add_argument("task", nargs="?", help="an mk task module, a MaxKernel task dir, a JAXBench baseline.py or jaxbench:<id>")
     p.add_argument("--resume", metavar="RUN_ID", default=None, help="continue the HITL session of this run from the store")
-    p.add_argument("--target", choices=["tpu", "gpu", "cpu"], default="tpu")
+    from mk.targets import target_names
+
+    p.add_argument("--target", choices=target_names(), default="tpu", help="where the kernel will run (default: tpu)")
     p.add_argument("--scale", default=None, help="restrict the task to this scale (default: every scale it defines)")
     p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")

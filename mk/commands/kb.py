@@ -34,7 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     ls = sub.add_parser("lessons", help="what past runs learned (fixes that resolved errors, plans that worked); drop one")
     ls.add_argument("--kind", choices=["fix", "plan"], default=None, help="only this kind")
-    ls.add_argument("--target", choices=["tpu", "gpu", "cpu"], default=None, help="only lessons for this target")
+    from mk.targets import target_names
+
+    ls.add_argument("--target", choices=target_names(), default=None, help="only lessons for this target")
     ls.add_argument("--drop", metavar="ID", default=None, help="drop the lesson with this id (or unique prefix): never retrieved again")
     ls.add_argument("--all", action="store_true", help="also list dropped lessons")
     ls.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")

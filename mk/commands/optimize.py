@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--branches", type=int, default=2, help="search: children per expanded node")
     p.add_argument("--workers", choices=["process", "inline", "ray"], default="process", help="search: where nodes run")
     p.add_argument("--lm", default=None, help="a DSPy model string, or 'offline' for the rule-based author")
-    p.add_argument("--target", choices=["tpu", "gpu", "cpu"], default="tpu")
+    from mk.targets import target_names
+
+    p.add_argument("--target", choices=target_names(), default="tpu", help="where the kernel will run (default: tpu)")
     p.add_argument("--scale", default=None, help="restrict the task to this scale (default: every scale it defines)")
     p.add_argument("--iterations", type=positive_int, default=4, help="plan-implement-test rounds (at least 1; default 4)")
     p.add_argument("--trials", type=non_negative_int, default=6, help="autotuning trials per candidate (0: no tuning)")

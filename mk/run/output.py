@@ -119,7 +119,7 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
         f"# mk {__version__} kernel for task {task.name!r}" + (f" ({task.source})" if task.source else ""),
         f"# target: {target.name}; device: {device}",
         f"# verdict: {best.status} on frozen suite {suite_hash}",
-        f"#   reproduce: {again}" + (" (a pure-JAX rewrite: add --pure-jax)" if target.name != "cpu" and "pallas_call" not in best.source else ""),
+        f"#   reproduce: {again}" + (" (a pure-JAX rewrite: add --pure-jax)" if target.needs_kernel and "pallas_call" not in best.source else ""),
         f"# speedup: {speed}",
         f"# author: {best.proposal}",
     ]
