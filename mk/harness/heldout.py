@@ -94,6 +94,9 @@ FRESH = "size-"
 FRESH_UNITS = 4
 #: draws tried before a fresh size falls back to the plain growth rule (a reference that refuses most sizes)
 _TRIES = 48
+#: a fresh size is the cheapest (fewest input elements) of this many draws: breaking relations pushes draws up the
+#: box, and an interpreted attention kernel at the box's top corner runs for minutes
+_CHOICES = 4
 
 
 class _Fresh:
@@ -143,6 +146,11 @@ class _Fresh:
 
     def of_groups(self, values: Sequence[int]) -> dict[str, int]:
         return {d: int(v) for g, v in zip(self.groups, values) for d in g}
+
+    def cost(self, values: Sequence[int]) -> int:
+        """The input elements of the size these group values give."""
+        scale = self.plan.scale("_cost", self.of_groups(values), {})
+        return sum(math.prod(s) for s in self.task.with_scales({"_cost": scale}).shapes("_cost"))
 
     def off_lines(self, values: Sequence[int]) -> bool:
         """No pair of groups keeps a relation (a line through the judged sizes' values) every judged size kept."""
@@ -221,13 +229,14 @@ def fresh_size(task: Task, rng: Any, strict: bool = True) -> Scale | None:
     if fresh is None or (not strict and len(fresh.groups) < 2):
         return None
     floats = {k: _between(a, b, rng) for k, (a, b) in fresh.floats.items()}
-    for _ in range(_TRIES):
-        values = fresh.draw(rng, strict)
-        if values is None:
+    for _ in range(_TRIES // _CHOICES):
+        drawn = [v for v in (fresh.draw(rng, strict) for _ in range(_CHOICES)) if v is not None]
+        if not drawn:
             break
-        scale = fresh.scale(fresh.of_groups(values), floats)
-        if scale is not None:
-            return scale
+        for values in sorted(drawn, key=fresh.cost):  # the cheapest of a few draws first: every point stays drawable
+            scale = fresh.scale(fresh.of_groups(values), floats)
+            if scale is not None:
+                return scale
     if not strict:
         return None
     return fresh.scale(fresh.dims({g[0]: 1 + rng.randbelow(FRESH_UNITS) for g in fresh.groups}), floats)
