@@ -53,7 +53,10 @@ def agent_scope(name: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def node_scope(node_id: str | None) -> Iterator[None]:
-    """Attribute the LM calls made inside the block to search node ``node_id``."""
+    """Attribute the LM calls made inside the block to search node ``node_id`` (None: keep the enclosing one)."""
+    if node_id is None:
+        yield
+        return
     token = _NODE.set(node_id)
     try:
         yield

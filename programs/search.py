@@ -108,7 +108,7 @@ class NodeRecord:
 
     @property
     def expandable(self) -> bool:
-        return self.status not in ("duplicate", "crashed") and bool(self.code)
+        return self.status not in ("duplicate", "crashed", "stopped") and bool(self.code)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "NodeRecord":
@@ -232,7 +232,7 @@ class Search:
         if not task.locator or task.locator.get("kind") == "callable":
             log.warning("task %s has no locator another process can load; running its search nodes inline", task.name)
             return SearchConfig.from_dict({**cfg.to_dict(), "workers": "inline"})
-        for what, obj in (("author", self.author), ("evaluate", self.evaluate)):
+        for what, obj in (("author", self._worker_author()), ("evaluate", self.evaluate)):
             try:
                 pickle.dumps(obj)
             except Exception as exc:
@@ -262,10 +262,13 @@ class Search:
                     if not specs:
                         break
         except KeyboardInterrupt:
+            pool.abort()  # the nodes in flight run again on resume: do not wait for them
+            pool = None
             kept = len(store.nodes(run_id))
             raise run.interrupt(f"its {kept} finished nodes are kept and will not run again") from None
         finally:
-            pool.close()
+            if pool is not None:
+                pool.close()
         nodes = [NodeRecord.from_row(r) for r in store.nodes(run_id)]
         best = best_node(nodes)
         spent = spent or self._spent()
@@ -303,6 +306,7 @@ class Search:
                 if self._spent():
                     break
                 planner = planner or make_author(self.author)
+                pending = f"pending:{s.key}"  # the plan call belongs to the node it makes: its id is known once written
                 origin = f"node {parent_key}" if parent_key else "the reference"
                 # the siblings' strategies (a plan's text) beside their names: a name alone tells the planner little;
                 # plans other branches took are named too (a plan taken twice is implemented as a fresh sample)
@@ -326,7 +330,10 @@ class Search:
                 avoid = set(chosen) | set(lineage_plans)
                 if s.note:  # a population search: a child is a new variant, so no plan any node already took
                     avoid |= {p for n in done.values() for p in n.plans} | {j.first_plan.name for _, j in jobs}
-                plan = choose_plan(planner, ctx, avoid)
+                from mk.lm import node_scope
+
+                with node_scope(pending):
+                    plan = choose_plan(planner, ctx, avoid)
                 if plan is None:
                     log.info("search node %s: the author has no further plan; branch not created", s.key)
                     continue
@@ -344,6 +351,15 @@ class Search:
             self.on_event("node", {"key": rec.key, "node_id": rec.node_id, "status": rec.status, "speedup": rec.speedup,
                                    "depth": rec.depth, "plan": rec.plan})
         return [done[s.key] for s in specs if s.key in done]
+
+    def _store_worker_calls(self, store: Any, run_id: str, node_id: str, calls: list[dict[str, Any]]) -> None:
+        """Record the LM calls a worker made (it has no store), under this run and node, and charge the budget."""
+        for c in calls:
+            if c.get("run_id") == run_id and c.get("node_id") == node_id:
+                continue  # already recorded (an inline worker shares the orchestrator's accountant)
+            store.record_lm_call(**{**c, "run_id": run_id, "node_id": node_id})
+            if self.budget is not None and not c.get("cache_hit"):
+                self.budget.charge(calls=1, cost_usd=c.get("cost_usd"))
 
     def _no_device_stop(self, cfg: SearchConfig, done: dict[str, NodeRecord]) -> str | None:
         """An LM author without a device of the target stops the search once a correct kernel exists (nothing can be
@@ -383,6 +399,8 @@ class Search:
         dup_of = next((n.key for n in done.values() if head is not None and head.code_hash in n.hashes), None)
         if result.error:
             status, reason = "crashed", result.error.splitlines()[0]
+        elif not result.snapshots and result.stop_reason.startswith("budget spent"):
+            status, reason = "stopped", "the search's budget ran out before this node tried a candidate"
         elif not result.snapshots:
             status, reason = "crashed", f"the node's session produced no snapshot ({result.stop_reason})"
         elif len(dups) == len(result.snapshots):
@@ -399,6 +417,9 @@ class Search:
             node_id = store.add_node(run_id, parent_id, code=head.source if head else "", plan=head.rationale if head else "",
                                      code_hash=head.code_hash if head else None, status=status, reason=reason, speedup=speedup,
                                      depth=spec.depth, meta=meta)
+            # LM calls: the orchestrator's plan call for this node, and every call the worker's author made
+            store.execute("UPDATE lm_calls SET node_id = ? WHERE run_id = ? AND node_id = ?", [node_id, run_id, f"pending:{spec.key}"])
+            self._store_worker_calls(store, run_id, node_id, result.lm_calls)
             for s in result.snapshots:
                 store.add_snapshot(run_id, node_id, s.iteration, code=s.source, plan=s.rationale, status=s.status, speedup=s.speedup,
                                    timings=s.timings, profile=s.profile)

@@ -184,6 +184,8 @@ class NodeResult:
     snapshots: list[SnapRecord]
     stop_reason: str
     error: str | None = None
+    #: the LM calls the node's author made in the worker (mk.lm.LMCall fields), for the orchestrator to store
+    lm_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def best(self) -> SnapRecord | None:
@@ -229,12 +231,21 @@ def _load_task(job: NodeJob) -> Any:
 
 
 def run_node(job: NodeJob) -> NodeResult:
-    """Run one node's Auto session (store=None) and return its snapshots as plain values."""
+    """Run one node's Auto session (store=None) and return its snapshots as plain values (and its LM calls)."""
+    from mk.lm import node_scope
+
+    with node_scope(f"pending:{job.key}"):  # the node's id is known once the orchestrator writes it
+        return _run_node(job)
+
+
+def _run_node(job: NodeJob) -> NodeResult:
     from mk.programs.auto import Auto
 
+    inner, before = None, 0
     try:
         task = _load_task(job)
         inner = make_author(job.author)
+        before = len(getattr(getattr(inner, "accountant", None), "calls", []))
         author = BranchAuthor(inner, first_plan=job.first_plan, lineage=job.lineage, hint=job.hint, avoid=job.avoid)
         if job.evaluate is None:
             from mk.harness.evaluate import evaluate as real_evaluate
@@ -251,7 +262,8 @@ def run_node(job: NodeJob) -> NodeResult:
         traj = auto.run(task, suite=job.suite)
     except Exception as exc:  # a worker failure is data: the node records it and the search goes on
         log.warning("search node %s failed: %s", job.key, exc)
-        return NodeResult(job.key, [], [], "worker failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
+        return NodeResult(job.key, [], [], "worker failed", error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}",
+                          lm_calls=_calls_of(inner, before))
     snaps = []
     for s in traj.snapshots:
         res = s.result
@@ -264,7 +276,16 @@ def run_node(job: NodeJob) -> NodeResult:
             result_json=res.model_dump_json() if res is not None else None, task_name=res.task if res is not None else task.name,
         ))
     plans = [s.proposal for s in traj.snapshots]
-    return NodeResult(job.key, plans, snaps, traj.stop_reason)
+    return NodeResult(job.key, plans, snaps, traj.stop_reason, lm_calls=_calls_of(inner, before))
+
+
+def _calls_of(author: Any, before: int = 0) -> list[dict[str, Any]]:
+    """The LM calls ``author`` made in this node (from index ``before`` of its accountant's list) that no store has
+    recorded yet: a worker process has no store, so the orchestrator writes them."""
+    accountant = getattr(author, "accountant", None)
+    if accountant is None or getattr(accountant, "store", None) is not None:
+        return []  # no model, or an inline author whose accountant records into the run's store itself
+    return [dataclasses.asdict(c) for c in accountant.calls[before:]]
 
 
 # --- pools ----------------------------------------------------------------------
@@ -280,6 +301,9 @@ class Pool:
 
     def close(self) -> None:
         pass
+
+    def abort(self) -> None:
+        self.close()
 
 
 class InlinePool(Pool):
@@ -309,6 +333,12 @@ class ProcessPool(Pool):
 
     def close(self) -> None:
         self._ex.shutdown(wait=True, cancel_futures=True)
+
+    def abort(self) -> None:
+        """Stop now (Ctrl-C): the nodes in flight are lost anyway (a resume runs them again), so do not wait."""
+        for proc in list(getattr(self._ex, "_processes", {}).values()):
+            proc.terminate()
+        self._ex.shutdown(wait=False, cancel_futures=True)
 
 
 class RayPool(Pool):

@@ -76,9 +76,13 @@ def _search(run: Run, author: Any, meter: Any, on_event: Events) -> Outcome:
     from mk.programs.search import Search, SearchConfig
 
     cfg = SearchConfig.from_dict({**run.config.settings, "target": run.config.target})
+    from mk.run.config import author_spec
+
     offline = getattr(author, "name", author) == "offline"
-    if not offline and not isinstance(author, str) and cfg.workers != "inline":
-        cfg = SearchConfig.from_dict({**cfg.to_dict(), "workers": "inline"})  # an LM author holds a live client
+    if not offline and not author_spec(author) and cfg.workers != "inline":
+        # an author that cannot be rebuilt in another process (a live client, no spec) plans and runs here
+        log.warning("the %s author cannot be rebuilt in a worker process; its search nodes run inline", getattr(author, "name", "?"))
+        cfg = SearchConfig.from_dict({**cfg.to_dict(), "workers": "inline"})
     search = Search("offline" if offline else author, config=cfg, store=run.store, on_event=on_event,
                     budget=meter if meter is not None else getattr(author, "meter", None))  # a spec string has no meter
     result = search.run(run.task, run=run)
@@ -119,6 +123,24 @@ def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget
         return run, drive(run, author, meter=meter, on_event=on_event)
     snapshots = restore_snapshots(store, run.id)
     return run, drive(run, author, meter=meter, on_event=on_event, snapshots=snapshots)
+
+
+def stored_outcome(run: Run, status: str, reason: str) -> Outcome:
+    """The run's outcome as the store holds it now (after an interrupt): its best kernel so far, snapshots or nodes."""
+    from mk.run.best import best_of
+
+    rows = run.store.nodes(run.id)
+    best_row = best_of(rows)
+    best = None
+    if best_row is not None:
+        meta = best_row.get("meta") or {}
+        tuned = next((dict((s.get("profile") or {}).get("config") or {}) for s in run.store.snapshots(run.id)
+                      if s.get("node_id") == best_row["id"]), {})
+        best = Best(best_row.get("code") or "", "correct", best_row.get("speedup"), meta.get("name") or meta.get("head") or
+                    meta.get("key") or "best so far", dict(meta.get("config") or tuned), best_row.get("plan") or "")
+    summary = [{"node": (r.get("meta") or {}).get("key") or r["id"][:8], "status": r["status"], "reason": r.get("reason") or "",
+                "speedup": r.get("speedup")} for r in rows]
+    return Outcome(run.id, status, reason, best, summary)
 
 
 def restore_snapshots(store: Any, run_id: str) -> list[Any]:
