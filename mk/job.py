@@ -64,6 +64,8 @@ def optimize_task(
         notice = author.device_notice(target) if hasattr(author, "device_notice") else None
         if on_event:  # said before anything is spent
             on_event("author", {"announcement": announcement + (f"\n{notice}" if notice else "")})
+            if notice:
+                author.announced(target)
         settings = {}
         if mode == "search":
             from mk.programs.search import SearchConfig
@@ -73,8 +75,14 @@ def optimize_task(
                       "max_trials": max_trials, **options}
             settings = SearchConfig(**fields).to_dict()
         config = RunConfig(mode=mode, target=target, **author_fields(author), budget=meter.budget if meter else Budget(),
-                           iterations=iterations, tune=tune, max_trials=max_trials, settings=settings, out=str(out_dir),
+                           iterations=iterations, tune=tune, max_trials=max_trials, settings=settings, out=str(out_dir.resolve()),
                            explore=explore)
         run = Run.create(store, task, config)
-        outcome = drive(run, author, meter=meter, on_event=on_event)
+        try:
+            outcome = drive(run, author, meter=meter, on_event=on_event)
+        except KeyboardInterrupt as stop:  # the run is marked; the best kernel so far and a report still go to --out
+            from mk.run.modes import stored_outcome
+
+            write_outputs(run, stored_outcome(run, "interrupted", str(stop)), out_dir, author=author.name)
+            raise
         return write_outputs(run, outcome, out_dir, author=author.name)

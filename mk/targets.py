@@ -54,7 +54,7 @@ class Target:
         import jax
 
         try:
-            return any(d.platform == self.device_platform for d in jax.devices())
+            return any(_real(d).platform == self.device_platform for d in jax.devices())  # not an assumed chip
         except RuntimeError:
             return False
 

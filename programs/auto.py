@@ -227,7 +227,9 @@ class Auto:
                 self.budget.check()
             result = getattr(self, f"_{phase}")(traj)
         except BudgetExceeded as exc:
-            self._finish(traj, f"budget spent: {exc}")
+            self._keep_verified(traj)
+            resume = f"; continue it with: {traj.run.resume_command()} --budget-time S" if traj.run is not None else ""
+            self._finish(traj, f"budget spent: {exc.message}{resume}")
             return PhaseResult(phase, None, False, traj.stop_reason)
         except Exception as exc:
             from mk.lm import lm_failed
@@ -354,6 +356,7 @@ class Auto:
             study_name=f"{traj.run_id or 'local'}-{a.iteration}-{a.candidate.digest}", run_id=traj.run_id, node_id=a.node_id,
             max_trials=self.max_trials,
             on_trial=lambda t: self.on_event("trial", {"iteration": a.iteration, "params": t.params, "status": t.status, "reason": t.reason}),
+            should_stop=self.budget.exceeded if self.budget is not None else None,
         )
         if a.tuned.result is None or a.tuned.result.status != "correct":
             # keep the untuned, verified default rather than lose a correct candidate
@@ -399,6 +402,17 @@ class Auto:
         return PhaseResult("snapshot", snap, snap.correct, snap.summary())
 
     # --- helpers -------------------------------------------------------------------
+    def _keep_verified(self, traj: Trajectory) -> None:
+        """A budget ran out after the attempt in flight passed the whole suite: snapshot it (with its tuned config if
+        tuning finished, else its verified default) rather than lose a correct kernel."""
+        a = traj.attempt
+        if a.failure is not None or a.test is None or a.test.status != "correct":
+            return
+        if a.tuned is None:
+            a.tuned = TuneResult({}, a.test, [], measured=bool(a.test.timing and a.test.timing.measured),
+                                 note="not tuned: the budget was spent")
+        self._snapshot(traj)
+
     def _plan_lessons(self, traj: Trajectory) -> str:
         """Plans that worked in earlier runs on similar tasks for this target (computed once per trajectory)."""
         if self.store is None:

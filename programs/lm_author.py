@@ -719,11 +719,11 @@ class LMAuthor(Author):
             return None
         if self.explore_without_device:
             return (f"no {target} device here: kernels are compile-checked and tested in interpret mode but not timed; "
-                    "exploring after the first correct kernel anyway (explore_without_device), though further LM calls "
+                    "exploring after the first correct kernel anyway (--explore), though further LM calls "
                     "cannot change which kernel is kept")
         return (f"no {target} device here: kernels are compile-checked and tested in interpret mode but not timed, so "
                 "the run stops after the first correct kernel (more LM calls could not change the result); "
-                "set explore_without_device to keep exploring")
+                "pass --explore (explore=True in Python) to keep exploring")
 
     @staticmethod
     def _can_time(target: str) -> bool:
@@ -734,6 +734,10 @@ class LMAuthor(Author):
         except MkError as exc:
             log.debug("cannot tell whether %s can be timed: %s", target, exc)
             return False
+
+    def announced(self, target: str) -> None:
+        """The notice for ``target`` was already said (the CLI prints it before the run): do not log it again."""
+        self._announced.add(target)
 
     def _announce(self, target: str) -> None:
         if target in self._announced:

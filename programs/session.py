@@ -68,6 +68,7 @@ class Session:
         evaluate: Callable[..., EvalResult] | None = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
         budget: Any = None,
+        out: str | Path | None = None,
         _resume: dict[str, Any] | None = None,
     ):
         from mk.loaders import load_task
@@ -99,7 +100,8 @@ class Session:
             else:
                 self.run = Run.create(store, task, RunConfig(
                     mode=MODE, target=target, **author_fields(self.author), iterations=iterations, tune=tune,
-                    max_trials=max_trials, max_fixes=max_fixes, budget=meter.budget if meter is not None else Budget()))
+                    max_trials=max_trials, max_fixes=max_fixes, budget=meter.budget if meter is not None else Budget(),
+                    out=str(Path(out).expanduser().resolve()) if out else None))
             self.traj: Trajectory = self._auto.start(task, run=self.run)
         self.task = self.traj.task
         if _resume:

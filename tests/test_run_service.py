@@ -281,3 +281,44 @@ def test_search_algorithms_are_a_registry():
     assert set(ALGORITHMS) == {"beam", "parallel", "greedy", "evolve"}
     for name in ALGORITHMS:
         SearchConfig(algorithm=name)  # each is accepted by the config check that reads the registry
+
+
+def test_a_budget_spent_during_tuning_keeps_the_verified_kernel(task_file):
+    """The budget runs out in the middle of autotuning: tuning stops between trials and the kernel that passed the
+    whole suite is kept (its verified default config), not thrown away."""
+    from mk.author.proposal import Proposal
+    from mk.authors import Author
+    from mk.budget import BudgetMeter
+    from mk.harness.results import EvalResult
+    from mk.programs.auto import Auto, Plan
+
+    clock = [0.0]
+    meter = BudgetMeter(Budget(max_wall_s=10.0), clock=lambda: clock[0])
+    trials = []
+
+    def judge(task, candidate, *, target, suite, config, measure=True, **kw):
+        if config:
+            trials.append(config)
+            clock[0] += 6.0  # each tuning trial takes 6 s of the 10 s budget
+        return EvalResult(status="correct", reason="all cases pass", task=task.name, target=target)
+
+    class One(Author):
+        name = "one"
+        done = False
+
+        def plan(self, ctx):
+            if self.done:
+                return None
+            self.done = True
+            return Plan("tiled", "tile the rows")
+
+        def implement(self, ctx, plan):
+            src = ("import jax.numpy as jnp\n\nCONFIG_SPACE = {'block': [8, 16, 32, 64]}\n\n"
+                   "def kernel(x, block=8):\n    return jnp.tanh(x) * 2.0\n")
+            return Proposal(plan.name, src, plan.text, "t")
+
+    traj = Auto(One(), target="cpu", iterations=3, evaluate=judge, budget=meter, max_trials=4).run(_ci(task_file))
+    assert len(trials) == 2  # stopped between trials once the budget was spent, not after all four
+    (snap,) = traj.snapshots
+    assert snap.status == "correct" and traj.best is snap and snap.config == {}
+    assert traj.stop_reason.startswith("budget spent: the run stopped: wall-time budget spent") and "best: tiled" in traj.stop_reason

@@ -155,6 +155,8 @@ def run_auto(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
     row = _summarise(row, steps, [s.result for s in traj.snapshots])
     if not steps:
         row.reason = traj.stop_reason
+        if traj.stop_reason.startswith("budget spent"):  # not the author declining: the benchmark's budget ran out
+            row.status = "skipped"
     row.seconds = time.perf_counter() - t0
     return row
 

@@ -138,7 +138,7 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
         metrics = {m: compute_metrics([r.outcome() for r in rows if r.method == m], can_time=can_time, unmeasured_reason=speed_reason)
                    for m in methods}
         spent = meter.exceeded() if meter is not None else None
-        stop = (f"budget spent: {spent}; " + f"{sum(r.status == 'skipped' for r in rows)} task runs skipped") if spent else ""
+        stop = (f"budget spent: {spent}; " + f"{sum(r.status == 'skipped' for r in rows)} task runs skipped or cut short") if spent else ""
         finish_bench(store, bench_id, metrics, "interrupted" if interrupted else "budget_spent" if spent else "finished")
     result = BenchResult(bench_id, cfg.suite, cfg.target, cfg.scale, methods, author_name, can_time, speed_reason, metrics, rows,
                          config=config, stop_reason=stop)

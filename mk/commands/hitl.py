@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
     p.add_argument("--iterations", type=positive_int, default=None, help="iteration limit (default 4, or the resumed run's)")
     p.add_argument("--trials", type=non_negative_int, default=6, help="autotuning trials per candidate (0: no tuning)")
-    p.add_argument("--out", default="mk-out", help="folder for the best kernel")
+    p.add_argument("--out", default=None, help="folder for the best kernel and the report (default: mk-out, or the resumed run's own)")
     add_budget_flags(p)
     p.set_defaults(func=run)
 
@@ -53,16 +53,21 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("name a task, or a run to resume", hint="mk hitl examples/rmsnorm.py  or  mk hitl --resume RUN_ID")
     from mk.run.output import prepare_output_dir
 
-    prepare_output_dir(args.out)  # a bad --out fails now, not after the session
+    if args.out:
+        prepare_output_dir(args.out)  # a bad --out fails now, not after the session
     author, announcement = (None, "") if args.resume and not args.lm else _author(args.lm)  # a resume keeps its author
     if announcement:
         console.print(f"[bold]{announcement}[/]")
     if args.resume:
         session = Session.resume(args.resume, db=args.db, author=author, iterations=args.iterations, budget=budget_from(args))
         console.print(f"resumed run {session.run_id}: {len(session.snapshots)} snapshots restored")
+        args.out = args.out or session.run.config.out or "mk-out"  # the run's own folder unless told otherwise
+        prepare_output_dir(args.out)
     else:
+        args.out = args.out or "mk-out"
+        prepare_output_dir(args.out)
         session = Session(args.task, target=args.target, author=author, db=args.db, scale=args.scale,
-                          iterations=args.iterations or 4, max_trials=args.trials, budget=budget_from(args))
+                          iterations=args.iterations or 4, max_trials=args.trials, budget=budget_from(args), out=args.out)
     console.print(f"HITL session {session.run_id} on {session.task.name} ({session.target}); frozen suite {session.traj.suite_hash[:12]}: "
                   f"{len(session.traj.suite.cases)} cases", soft_wrap=True)
     try:

@@ -24,6 +24,17 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """argparse type: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("optimize", help="optimise a task: plan, write, verify, tune and keep the fastest correct kernel")
     p.add_argument("task", help="an mk task module, a MaxKernel task dir, a JAXBench baseline.py or jaxbench:<id>")
@@ -61,8 +72,9 @@ def add_explore_flag(p: argparse.ArgumentParser) -> None:
 def add_budget_flags(p: argparse.ArgumentParser, what: str = "") -> None:
     """``--budget-calls``, ``--budget-cost``, ``--budget-time`` (``what`` prefixes the help, e.g. "a new budget: ")."""
     p.add_argument("--budget-calls", type=non_negative_int, default=None, help=f"{what}stop after this many LM calls")
-    p.add_argument("--budget-cost", type=float, default=None, help=f"{what}stop once the estimated LM cost reaches this many USD")
-    p.add_argument("--budget-time", type=float, default=None, help=f"{what}stop after this many seconds of wall time")
+    p.add_argument("--budget-cost", type=non_negative_float, default=None,
+                   help=f"{what}stop once the estimated LM cost reaches this many USD")
+    p.add_argument("--budget-time", type=non_negative_float, default=None, help=f"{what}stop after this many seconds of wall time")
 
 
 def budget_from(args: argparse.Namespace) -> Any:
@@ -73,21 +85,8 @@ def budget_from(args: argparse.Namespace) -> Any:
     return None if budget.unlimited else budget
 
 
-def run(args: argparse.Namespace) -> int:
-    from mk.commands._console import console as make_console
-
-    from mk.loaders import load_task
-    from mk.job import optimize_task
-
-    if args.mode == "hitl":
-        from mk.commands import hitl
-
-        args.resume = None
-        return hitl.run(args)
-    console = make_console(stderr=args.json)
-    task = load_task(args.task)
-    if args.scale:
-        task = task.with_scales({args.scale: task.scale(args.scale)})
+def progress_printer(console: Any) -> Any:
+    """The ``on_event`` callback every long command prints its progress with (one line per event)."""
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if kind == "author":
@@ -108,6 +107,27 @@ def run(args: argparse.Namespace) -> int:
         elif kind == "snapshot":
             sp = f", speedup {data['speedup']:.2f}x" if data.get("speedup") else ""
             console.print(f"  -> {data['status']}{sp}" + (f": {data['reason']}" if data["status"] != "correct" else ""))
+
+    return on_event
+
+
+def run(args: argparse.Namespace) -> int:
+    from mk.commands._console import console as make_console
+
+    from mk.loaders import load_task
+    from mk.job import optimize_task
+
+    if args.mode == "hitl":
+        from mk.commands import hitl
+
+        args.resume = None
+        return hitl.run(args)
+    console = make_console(stderr=args.json)
+    task = load_task(args.task)
+    if args.scale:
+        task = task.with_scales({args.scale: task.scale(args.scale)})
+
+    on_event = progress_printer(console)
 
     search = {"algorithm": args.algorithm, "width": args.width, "depth": args.depth, "branches": args.branches,
               "workers": args.workers}

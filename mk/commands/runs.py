@@ -126,11 +126,19 @@ def resume(args: argparse.Namespace) -> int:
     stored_out = (row.get("config") or {}).get("out")
     out_dir = prepare_output_dir(args.out or stored_out)  # checked before any work
     settings = {k: v for k, v in (("workers", args.workers), ("max_workers", args.max_workers)) if v}
+    from mk.commands._console import console
+    from mk.commands.optimize import progress_printer
+
+    err = console(stderr=True)  # progress on stderr: stdout keeps the summary (and --json's JSON)
+    if row.get("mode") == "hitl":
+        err.print(f"run {row['id'][:12]} is a HITL session: mk resume continues it without pausing "
+                  f"(mk hitl --resume {row['id'][:12]} continues it interactively)")
     unit = "nodes" if row.get("mode") == "search" else "snapshots"
     with Store.open(args.db) as store:
         count = (lambda: len(store.nodes(row["id"]))) if unit == "nodes" else (lambda: len(store.snapshots(row["id"])))
         before = count()
-        run, outcome = resume_run(store, row["id"], lm=args.lm, budget=budget_from(args), settings=settings)
+        run, outcome = resume_run(store, row["id"], lm=args.lm, budget=budget_from(args), settings=settings,
+                                  on_event=progress_printer(err))
         report = write_outputs(run, outcome, out_dir)
         after = count()
     summary = {**report.to_dict(), "resumed_from": before, unit: after, "best_node": outcome.best_node,

@@ -154,5 +154,5 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
             f"    return _untuned_{entry}(*args, **{{**TUNED_CONFIG, **kwargs}})",
             "",
         ]
-    guard = envelope.guard_source(entry) if envelope is not None else ""
+    guard = envelope.guard_source(entry, tuned=best.config) if envelope is not None else ""
     return "\n".join(header) + best.source.rstrip("\n") + "\n" + "\n".join(footer) + guard

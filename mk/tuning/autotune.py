@@ -67,8 +67,11 @@ def autotune(
     max_trials: int = 8,
     subset: int = 2,
     on_trial: Callable[[TrialOutcome], None] | None = None,
+    should_stop: Callable[[], str | None] | None = None,
 ) -> TuneResult:
-    """Tune ``candidate`` and return the re-verified winner."""
+    """Tune ``candidate`` and return the re-verified winner. ``should_stop()`` is asked before every trial (a run's
+    budget): when it gives a reason, tuning stops there and no winner is re-verified (``result`` is None; the
+    caller keeps its verified default)."""
     import optuna
 
     space = {k: list(v) for k, v in (candidate.config_space or {}).items() if v}
@@ -113,9 +116,21 @@ def autotune(
             raise _TrialFailed(res.reason)
         return seconds if seconds is not None else 0.0
 
+    stopped: list[str] = []
+
+    def stop_between_trials(study: "optuna.Study", trial: Any) -> None:
+        reason = should_stop() if should_stop is not None else None
+        if reason:
+            stopped.append(reason)
+            study.stop()
+
     done = sum(1 for t in study.trials if t.state.is_finished())
-    if done < n:
-        study.optimize(objective, n_trials=n - done, catch=(_TrialFailed,))
+    if done < n and not (should_stop is not None and should_stop()):
+        study.optimize(objective, n_trials=n - done, catch=(_TrialFailed,), callbacks=[stop_between_trials])
+    elif done < n:
+        stopped.append(should_stop() or "stopped")
+    if stopped:
+        return TuneResult(default, None, outcomes, note=f"tuning stopped after {len(outcomes)} trials: {stopped[0]}")
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
         reasons = "; ".join(sorted({str(t.user_attrs.get("reason", "failed")) for t in study.trials}))[:400]
