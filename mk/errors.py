@@ -51,6 +51,10 @@ class StoreError(MkError):
     """The DuckDB store could not be opened, migrated or written."""
 
 
+class StoreLocked(StoreError):
+    """The store file is held by another (writing) process; ``path`` names it."""
+
+
 class ConfigError(MkError):
     """mk is not configured for what was asked (no model, bad option ...)."""
 

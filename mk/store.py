@@ -46,7 +46,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import duckdb
 
-from mk.errors import StoreError
+from mk.errors import StoreError, StoreLocked
 from mk.migrations import migrate, pending
 
 log = logging.getLogger(__name__)
@@ -262,12 +262,42 @@ class Store:
             "INSERT INTO runs VALUES (?, ?, ?, ?, 'running', NULL, ?, NULL)",
             [run_id, task_fingerprint, mode, to_json(config or {}), _now()],
         )
+        self.write_progress(run_id)
         return run_id
 
     def finish_run(self, run_id: str, status: str, reason: str | None = None) -> None:
         with self.transaction():
             self._require("runs", run_id)
             self._run("UPDATE runs SET status = ?, reason = ?, finished_at = ? WHERE id = ?", [status, reason, _now(), run_id])
+        self.write_progress(run_id)
+
+    # --- progress files: what `mk runs` / `mk show` read while this process holds the file --------------
+    @property
+    def progress_dir(self) -> Path | None:
+        """``<store>.runs/``: one small JSON file per run, rewritten as the run goes (None for an in-memory store)."""
+        return Path(str(self.path) + ".runs") if isinstance(self.path, Path) else None
+
+    def write_progress(self, run_id: str | None) -> None:
+        """Rewrite ``run_id``'s progress file (status, reason, counts, best speedup); best effort, never raises."""
+        folder = self.progress_dir
+        if folder is None or not run_id or self.read_only:
+            return
+        try:
+            row = self._one(
+                """SELECT r.id, r.mode, r.status, r.reason, r.started_at, r.finished_at, t.name AS task,
+                          (SELECT count(*) FROM nodes n WHERE n.run_id = r.id) AS nodes,
+                          (SELECT count(*) FROM snapshots s WHERE s.run_id = r.id) AS snapshots,
+                          (SELECT max(speedup) FROM nodes n WHERE n.run_id = r.id AND n.status = 'correct') AS best_speedup,
+                          (SELECT count(*) FROM nodes n WHERE n.run_id = r.id AND n.status = 'correct') AS correct_nodes
+                   FROM runs r LEFT JOIN tasks t ON t.fingerprint = r.task_fingerprint WHERE r.id = ?""", [run_id])
+            if row is None:
+                return
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".{run_id}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps({**row, "updated_at": _now(), "writer_pid": os.getpid()}, default=str))
+            tmp.replace(folder / f"{run_id}.json")
+        except Exception as exc:  # noqa: BLE001 - a progress file is a convenience; the store is the record
+            log.debug("progress file for run %s not written: %s", run_id, exc)
 
     def interrupt_run(self, run_id: str, kept: str, resume: str | None = None) -> KeyboardInterrupt:
         """Mark ``run_id`` interrupted (Ctrl-C, SIGTERM) and return the exception to raise: its message names the
@@ -336,6 +366,8 @@ class Store:
             )
             if parent_id is not None:
                 self._run("INSERT INTO edges VALUES (?, ?, ?, ?)", [run_id, parent_id, node_id, now])
+        if self._depth == 0:  # inside a caller's transaction the row is not committed yet: the caller's next write says it
+            self.write_progress(run_id)
         return node_id
 
     def update_node(self, node_id: str, **fields: Any) -> None:
@@ -409,6 +441,8 @@ class Store:
             "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [snap_id, run_id, node_id, iteration, code, plan, status, speedup, to_json(timings or {}), to_json(profile or {}), _now()],
         )
+        if self._depth == 0:
+            self.write_progress(run_id)
         return snap_id
 
     def snapshots(self, run_id: str, node_id: str | None = None) -> list[dict[str, Any]]:
@@ -519,7 +553,7 @@ class Store:
 def _open_error(where: Path | str, exc: duckdb.Error) -> StoreError:
     text = str(exc)
     if "lock" in text.lower():
-        return StoreError(
+        return StoreLocked(
             f"the store {where} is locked by another process ({text})",
             hint="DuckDB allows one writing process per file: wait for the other mk process to finish, "
             "or give this one its own file with --db PATH or MK_DB",

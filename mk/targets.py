@@ -38,6 +38,8 @@ class Target:
     interpreter: str = "hlo"
     #: the machine mk runs on itself (always present; JAX is pinned to it in the judge's processes)
     host: bool = False
+    #: the custom calls in a lowered program that are this target's kernels (every other one is foreign code)
+    kernel_calls: frozenset[str] = frozenset()
 
     @property
     def needs_kernel(self) -> bool:
@@ -259,14 +261,21 @@ def register_target(target: Target) -> Target:
     return target
 
 
-register_target(Target("tpu", platform="tpu", device_platform="tpu", kernel_language="mosaic", interpreter="tpu"))
-register_target(Target("gpu", platform="cuda", device_platform="gpu", kernel_language="triton"))
+register_target(Target("tpu", platform="tpu", device_platform="tpu", kernel_language="mosaic", interpreter="tpu",
+                       kernel_calls=frozenset({"tpu_custom_call"})))
+register_target(Target("gpu", platform="cuda", device_platform="gpu", kernel_language="triton",
+                       kernel_calls=frozenset({"__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu", "mosaic_gpu_v2"})))
 register_target(Target("cpu", platform="cpu", device_platform="cpu", host=True))
 
 
 def target_names() -> tuple[str, ...]:
     """The registered targets' names (the CLI's ``--target`` choices)."""
     return tuple(_TARGETS)
+
+
+def kernel_language(target: Any) -> str:
+    """The kernel language of ``target`` (a name or a Target): ``mosaic``, ``triton`` or "" (plain JAX)."""
+    return get_target(target).kernel_language
 
 
 #: the built-in targets' names (see :func:`target_names` for every registered one)

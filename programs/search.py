@@ -426,6 +426,7 @@ class Search:
                 if s.result_json is not None:
                     store.record_evaluation(run_id=run_id, node_id=node_id, task_name=s.task_name, status=s.status, reason=s.reason,
                                             suite_hash=suite.hash, speedup=s.speedup, result_json=s.result_json)
+        store.write_progress(run_id)
         log.info("search node %s (%s): %s%s", spec.key, node_id, status, f", speedup {speedup:.2f}x" if speedup else "")
         return NodeRecord(spec.key, node_id, spec.parent_key, spec.depth, status, reason, speedup, head.source if head else "",
                           meta["first_plan"], result.plans, meta["summaries"], hashes, dict(meta["config"] or {}))

@@ -322,3 +322,37 @@ def test_a_budget_spent_during_tuning_keeps_the_verified_kernel(task_file):
     (snap,) = traj.snapshots
     assert snap.status == "correct" and traj.best is snap and snap.config == {}
     assert traj.stop_reason.startswith("budget spent: the run stopped: wall-time budget spent") and "best: tiled" in traj.stop_reason
+
+
+def test_runs_and_show_work_while_another_process_writes(tmp_path):
+    """DuckDB lets one process hold the file; the writer keeps a small progress file per run that the read
+    commands show instead of failing."""
+    import time as _time
+
+    db = tmp_path / "busy.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+from mk.store import Store
+with Store.open({str(db)!r}) as s:
+    rid = s.create_run(None, "auto", {{"target": "cpu"}})
+    s.add_snapshot(rid, None, 1, code="x", status="correct", speedup=1.5)
+    s.finish_run(rid, "correct", "ran the maximum of 1 iterations")
+    print(rid, flush=True)
+    time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        rid = holder.stdout.readline().strip()
+        assert rid, "the writer did not start"
+        listed = _mk("runs", "--db", str(db), "--json")
+        assert listed.returncode == 0, listed.stderr[-1500:]
+        (row,) = json.loads(listed.stdout)
+        assert row["id"] == rid and row["status"] == "correct" and row["snapshots"] == 1
+        assert "in use by another mk process" in listed.stderr
+        shown = _mk("show", rid[:10], "--db", str(db))
+        assert shown.returncode == 0 and "ran the maximum of 1 iterations" in shown.stdout, shown.stderr[-1500:]
+    finally:
+        holder.kill()
+        holder.wait()
+    _time.sleep(0.2)
+    with Store.open(db) as store:  # the store itself is the record once it is free
+        assert store.get_run(rid)["status"] == "correct"

@@ -15,6 +15,7 @@ from mk.author.emit import Unsupported
 from mk.author.proposal import Proposal
 from mk.author.trace import trace_scales
 from mk.task import Task
+from mk.targets import kernel_language
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class OfflineAuthor:
 
     def propose(self, task: Task, target: str) -> Authored:
         out = Authored()
-        if target == "cpu":
+        if not kernel_language(target):
             out.declined["pallas"] = "the cpu target has no Pallas templates (Pallas only interprets on a CPU)"
         try:
             traced = trace_scales(task)
@@ -74,7 +75,7 @@ class OfflineAuthor:
             out.declined["trace"] = f"the reference could not be traced ({type(exc).__name__}: {exc})"
             return out
         for name, _, module in TEMPLATES:
-            if target == "cpu" and name not in PURE_JAX:
+            if not kernel_language(target) and name not in PURE_JAX:
                 continue
             try:
                 out.proposals.append(module.propose(task, traced, target))

@@ -34,6 +34,7 @@ from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.author.probe import arg_names, probes_for, signature
 from mk.task import Task, np_dtype
+from mk.targets import kernel_language
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ def _gpu_space(t: Traced, pat: AttentionPattern) -> list[int]:
 
 
 def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
-    if target not in ("tpu", "gpu"):
+    if not kernel_language(target):
         raise Unsupported(f"the flash-attention template writes Pallas TPU and GPU (Triton) kernels, not {target!r}")
     t0 = traced[0]
     pat = recognise(from_jaxpr(t0.jaxpr))
@@ -222,7 +223,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     names = arg_names(task)
     kind = f"{'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale {scale_expr}"
     used = probes.used(scale_expr)
-    if target == "gpu":
+    if kernel_language(target) == "triton":
         opts = _gpu_space(t0, pat)
         space = {"block_q": opts, "block_k": opts, "num_warps": [4, 8]}
         return Proposal(

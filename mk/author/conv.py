@@ -31,6 +31,7 @@ from mk.author.split import split_epilogue
 from mk.author.trace import Traced
 from mk.kernels.conv import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
+from mk.targets import kernel_language
 
 #: the chip whose facts the written kernel's default tiling reads (mk.hardware.DEFAULT_SPECS)
 CHIPS = {"tpu": "v6e", "gpu": "h200"}
@@ -117,7 +118,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         if not invars[i].aval.shape:
             raise Unsupported(f"input {names[i]!r} is a scalar array (the kernel passes arrays as VMEM blocks)")
     epilogue = [e for e in jaxpr.eqns if id(e) not in used]
-    gpu = target == "gpu"
+    gpu = kernel_language(target) == "triton"
     taken = set(names) | {v.name for v in probes.vars} | defined | {"acc", "tile", "y", "tail", "epilogue", "x", "w"}
 
     def emitter() -> Emitter:
@@ -181,7 +182,7 @@ def _module_body(module: Any) -> str:
 
 
 def _defined(target: str) -> set[str]:
-    src = _module_body(tpu_kernel if target == "tpu" else gpu_kernel)
+    src = _module_body(tpu_kernel if kernel_language(target) == "mosaic" else gpu_kernel)
     return set(re.findall(r"^def ([A-Za-z_][A-Za-z0-9_]*)", src, re.M)) | {"itertools", "math"}
 
 
@@ -189,7 +190,7 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
             x_perm: tuple[int, ...], w_perm: tuple[int, ...], params: list[int], channel_axes: list[tuple[int, ...]],
             tuning: dict[str, list[Any]], config: dict[str, Any], out_dtype: str, tail: Any = None,
             tail_used: list = ()) -> str:
-    gpu = target == "gpu"
+    gpu = kernel_language(target) == "triton"
     module = gpu_kernel if gpu else tpu_kernel
     prec = conv.params.get("precision")
     prec_expr = "None"

@@ -47,6 +47,7 @@ from mk.author.probe import arg_names, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.task import Task
+from mk.targets import kernel_language
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ def _tpu_space(traced: list[Traced], pat: CEPattern) -> dict[str, list[int]]:
 
 
 def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
-    if target not in ("tpu", "gpu"):
+    if not kernel_language(target):
         raise Unsupported(f"the cross-entropy template writes Pallas TPU and GPU (Triton) kernels, not {target!r}")
     pat = recognise(from_jaxpr(traced[0].jaxpr))
     for t in traced[1:]:
@@ -268,7 +269,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     except Exception as exc:  # the reference failed on probe inputs: decline, never crash the author
         raise Unsupported(f"probing the reference failed ({type(exc).__name__}: {exc})") from exc
     kind = f"{reduction} of {'+' if sign > 0 else '-'}(lse - picked logit), W {'(V,H)' if pat.w_vocab_first else '(H,V)'}"
-    if target == "gpu":
+    if kernel_language(target) == "triton":
         space = _gpu_space(traced, pat)
         return Proposal(
             name="cross-entropy-gpu",

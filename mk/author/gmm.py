@@ -27,6 +27,7 @@ from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.kernels.gmm import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
+from mk.targets import kernel_language
 
 CHIPS = {"tpu": "v6e", "gpu": "h200"}
 
@@ -124,7 +125,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         name=f"gmm-{target}",
         source=src,
         rationale=f"{what} ({shapes.groups} groups, {shapes.m}x{shapes.k} by {shapes.k}x{shapes.n}): "
-        + ("row tiles walked group by group with the group bounds in scalar prefetch" if target == "tpu" else
+        + ("row tiles walked group by group with the group bounds in scalar prefetch" if kernel_language(target) == "mosaic" else
            "one program per tile looping over the groups it holds"),
         template="gmm",
     )
@@ -132,7 +133,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
 
 def _render(task: Task, names: list[str], form: str, found: dict[str, Any], target: str,
             tuning: dict[str, list[Any]], config: dict[str, Any], out_dtype: str) -> str:
-    gpu = target == "gpu"
+    gpu = kernel_language(target) == "triton"
     module = gpu_kernel if gpu else tpu_kernel
     fn = "gmm_gpu" if gpu else "gmm_tpu"
     dot = found["dot"]

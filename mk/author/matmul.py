@@ -24,6 +24,7 @@ from mk.author.proposal import Proposal
 from mk.author.split import split_epilogue
 from mk.author.trace import Traced
 from mk.task import Task, np_dtype
+from mk.targets import kernel_language
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
             param_kinds.append("row")
         else:  # read whole, by work split off after the kernel only (see below)
             param_kinds.append("whole")
-    pad = target == "gpu"  # Triton blocks are powers of two: N may be padded, reductions over it are masked
+    pad = kernel_language(target) == "triton"  # Triton blocks are powers of two: N may be padded, reductions over it are masked
     taken = set(names) | {v.name for v in probes.vars} | {"acc", "y", "tail"}
 
     def make() -> Emitter:
@@ -202,7 +203,7 @@ _GPU_OPTS = (32, 64, 128)
 def _space(target: str, M: int, N: int, K: int, full_n: bool, sublanes: int) -> dict[str, list[int]]:
     """Block sizes to tune over. Each is a request: the kernel fits it to the sizes it is called with (the largest
     legal block dividing the size, at most the request), so every point is valid at every size."""
-    if target == "tpu":
+    if kernel_language(target) == "mosaic":
         bm = [b for b in (8, 16, 32, 64, 128, 256) if b >= sublanes]
         bm = [b for b in bm if b <= max(M, bm[0])][-3:]
         bn = [b for b in _TPU_OPTS if b <= max(N, 128)][-3:]
@@ -262,7 +263,7 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
             params: list[int], kinds: list[str], dot: Any, space: dict[str, list[int]], full_n: bool,
             sublanes: int, jaxpr_out_shape: tuple[int, ...], split: tuple[str, str] | None = None,
             split_out: str = "", out_dtype: str = "") -> str:
-    gpu = target == "gpu"
+    gpu = kernel_language(target) == "triton"
     acc_dtype = dtype_expr(dot.outvars[0].aval.dtype)
     prec = dot.params.get("precision")
     prec_expr = "None"

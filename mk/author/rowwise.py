@@ -20,6 +20,7 @@ from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.task import Task, np_dtype
+from mk.targets import kernel_language
 
 #: on-chip budget for the double-buffered blocks of one grid step (bytes)
 _BUDGET = {"tpu": 16 * 2**20, "gpu": 96 * 2**10 * 4, "cpu": 64 * 2**20}
@@ -56,7 +57,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         raise Unsupported("the reference closes over array constants")
     probes = probes_for(task, traced)
     names = arg_names(task)
-    pad = target == "gpu"  # Triton blocks are powers of two: trailing axes are padded, reductions masked
+    pad = kernel_language(target) == "triton"  # Triton blocks are powers of two: trailing axes are padded, reductions masked
     em = Emitter(layout.lead, probes, mask=pad, taken=set(names) | {v.name for v in probes.vars})
     for var, name, row in zip(jaxpr.invars, names, layout.row_inputs):
         em.bind(var, name, row)
@@ -88,7 +89,7 @@ def _block_rows_space(target: str, layout: RowLayout, row_bytes: int, sublanes: 
     one to the rows it is called with, and to the budget, at trace time)."""
     nrows = math.prod(layout.rows)
     budget = _BUDGET[target]
-    options = [b for b in (8, 16, 32, 64, 128, 256, 512, 1024, 2048) if b >= sublanes or target == "gpu"]
+    options = [b for b in (8, 16, 32, 64, 128, 256, 512, 1024, 2048) if b >= sublanes or kernel_language(target) == "triton"]
     fits = [b for b in options if 2 * b * row_bytes <= budget and b <= max(nrows, options[0])]
     return (fits or options[:1])[-4:]
 
@@ -132,7 +133,7 @@ def _pad(x, first):
 def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, target: str, space: list[int],
             sublanes: int) -> str:
     nout = len(body.outputs)
-    pad = target == "gpu"
+    pad = kernel_language(target) == "triton"
     kwargs = ", ".join(v.name for v in used)
     bind = ", ".join(f"{v.name}={v.source}" for v in used)
     row_of = {n: r for n, r in zip(names, layout.row_inputs)}

@@ -20,6 +20,7 @@ from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.kernels.swiglu import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
+from mk.targets import kernel_language
 
 CHIPS = {"tpu": "v6e", "gpu": "h200"}
 #: what a gate on a block of hidden units may do: elementwise work only (a reduction would see one block)
@@ -89,7 +90,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
 
 def _render(task: Task, names: list[str], xi: int, ws: tuple[int, int, int], body: Any, target: str,
             tuning: dict[str, list[Any]], config: dict[str, Any], dots: list[Any], out_dtype: str) -> str:
-    gpu = target == "gpu"
+    gpu = kernel_language(target) == "triton"
     module = gpu_kernel if gpu else tpu_kernel
     fn = "swiglu_gpu" if gpu else "swiglu_tpu"
     prec = dots[0].params.get("precision")

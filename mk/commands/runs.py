@@ -50,24 +50,56 @@ def read_store(db: str | None) -> Any:
     return Store.open(db)
 
 
+def progress_rows(db: str | None) -> list[dict[str, Any]]:
+    """The runs as their writers' progress files say (``<store>.runs/*.json``), newest first: what a read command
+    shows while another process holds the store."""
+    from pathlib import Path
+
+    from mk.store import resolve_path
+
+    where = resolve_path(db)
+    folder = Path(str(where) + ".runs") if isinstance(where, Path) else None
+    rows = []
+    for f in sorted(folder.glob("*.json")) if folder is not None and folder.is_dir() else []:
+        try:
+            rows.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue  # a file being replaced right now: the next read has it
+    return sorted(rows, key=lambda r: str(r.get("started_at")), reverse=True)
+
+
+def _locked_note(err: Any) -> str:
+    return (f"the store is in use by another mk process ({err.message.split(' (')[0]}); showing what its runs' progress "
+            "files say (updated at every snapshot, node and end)")
+
+
 def list_runs(args: argparse.Namespace) -> int:
-    from mk.commands._console import console
     from rich.table import Table
 
-    with read_store(args.db) as store:
-        rows = store.query(
-            """SELECT r.id, r.mode, r.status, r.reason, r.started_at, r.finished_at, t.name AS task,
-                      (SELECT count(*) FROM nodes n WHERE n.run_id = r.id) AS nodes,
-                      (SELECT max(speedup) FROM nodes n WHERE n.run_id = r.id AND n.status = 'correct') AS best_speedup
-               FROM runs r LEFT JOIN tasks t ON t.fingerprint = r.task_fingerprint
-               ORDER BY r.started_at DESC LIMIT ?""", [int(args.limit)])
+    from mk.commands._console import console
+    from mk.errors import StoreLocked
+
+    try:
+        with read_store(args.db) as store:
+            rows = store.query(
+                """SELECT r.id, r.mode, r.status, r.reason, r.started_at, r.finished_at, t.name AS task,
+                          (SELECT count(*) FROM nodes n WHERE n.run_id = r.id) AS nodes,
+                          (SELECT max(speedup) FROM nodes n WHERE n.run_id = r.id AND n.status = 'correct') AS best_speedup
+                   FROM runs r LEFT JOIN tasks t ON t.fingerprint = r.task_fingerprint
+                   ORDER BY r.started_at DESC LIMIT ?""", [int(args.limit)])
+    except StoreLocked as err:  # another process is writing: its progress files say where its runs stand
+        rows = progress_rows(args.db)[: int(args.limit)]
+        if not rows:
+            raise
+        console(stderr=True).print(f"[yellow]{_locked_note(err)}[/]")
     if args.json:
         print(json.dumps(rows, default=str))
         return 0
     table = Table("run", "task", "mode", "status", "nodes", "best", "started")
     for r in rows:
-        best = f"{r['best_speedup']:.2f}x" if r["best_speedup"] is not None else "-"
-        table.add_row(r["id"][:12], r["task"] or "?", r["mode"], r["status"], str(r["nodes"]), best, str(r["started_at"])[:19])
+        best = f"{r['best_speedup']:.2f}x" if r.get("best_speedup") is not None else "-"
+        table.add_row(r["id"][:12], r.get("task") or "?", r["mode"], r["status"], str(r.get("nodes", "?")), best,
+                      str(r["started_at"])[:19])
     console().print(table if rows else "no runs in the store yet")
     return 0
 
@@ -75,9 +107,25 @@ def list_runs(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     from mk.commands._console import console
 
-    with read_store(args.db) as store:
-        run = store.find_run(args.run)
-        info = describe_run(store, run)
+    from mk.errors import StoreError, StoreLocked
+
+    try:
+        with read_store(args.db) as store:
+            run = store.find_run(args.run)
+            info = describe_run(store, run)
+    except StoreLocked as err:  # another process is writing: show what the run's progress file says
+        found = [r for r in progress_rows(args.db) if r["id"].startswith(args.run)]
+        if len(found) != 1:
+            raise StoreError(f"{err.message}; no single run's progress file matches {args.run!r}", hint=err.hint) from None
+        if args.json:
+            print(json.dumps({"progress": found[0], "note": _locked_note(err)}, default=str))
+            return 0
+        r = found[0]
+        console(stderr=True).print(f"[yellow]{_locked_note(err)}[/]")
+        console().print(f"run {r['id']} ({r['mode']}, task {r.get('task') or '?'}): {r['status']}; {r.get('snapshots', 0)} "
+                        f"snapshots, {r.get('nodes', 0)} nodes, best {_fmt(r.get('best_speedup'))}; updated {str(r['updated_at'])[:19]}"
+                        + (f"\n  {r['reason']}" if r.get("reason") else ""), markup=False)
+        return 0
     if args.json:
         print(json.dumps(info, default=str))
         return 0

@@ -107,7 +107,7 @@ class _Run:
 
     @property
     def on_device(self) -> bool:
-        return self.target.name != "cpu" and self.target.device_present()
+        return not self.target.host and self.target.device_present()
 
 
 def evaluate(
@@ -134,7 +134,7 @@ def evaluate(
     started = time.perf_counter()
     cand = _as_candidate(candidate)
     tgt = get_target(target)
-    require_pallas = tgt.name != "cpu" if require_pallas is None else bool(require_pallas)
+    require_pallas = tgt.needs_kernel if require_pallas is None else bool(require_pallas)
     if isinstance(timeouts, Mapping):
         timeouts = _timeouts(timeouts)
     if config:
@@ -221,7 +221,7 @@ def _spawn(target: Target, memory_mb: int) -> tuple[dict[str, str], Any, Child, 
     """A tracer (isolated; a warm spare when one waits) and the runner, started before the suite is built."""
     from mk.harness import isolation, pool
 
-    env = {"JAX_PLATFORMS": "cpu"} if target.name == "cpu" or not target.device_present() else {}
+    env = {"JAX_PLATFORMS": "cpu"} if target.host or not target.device_present() else {}
     iso = isolation.detect()
     return env, iso, pool.tracer({**env, "MK_TARGET": target.name}, memory_mb, iso), pool.runner(env, memory_mb)
 
@@ -355,7 +355,7 @@ def _check_programs(run: _Run) -> None:
         if facts.get("shared_output_blocks"):
             raise _Verdict("rejected", f"{facts['shared_output_blocks'][0]} at scale {scale}: Triton runs grid points "
                                        "concurrently, so they race on it; reduce inside one program instead")
-        if facts.get("candidate_interpret") and run.target.name != "cpu":
+        if facts.get("candidate_interpret") and not run.target.host:
             raise _Verdict("rejected", f"the candidate sets interpret mode on its kernel ({facts['candidate_interpret'][0]}): on a "
                                        f"{run.target.name} it would never run as a kernel; leave interpret to the judge")
         files = {form: facts.get(f"{form}_file") for form in ("target", "cpu")}
@@ -391,10 +391,10 @@ def _check_programs(run: _Run) -> None:
         why = _structure_mismatch(want, exported["target"])
         if why:
             raise _Verdict("incorrect", f"scale {scale}: {why}")
-        if facts.get("dma_races") and run.target.name == "tpu":
+        if facts.get("dma_races") and run.target.interpreter == "tpu":
             raise _Verdict("rejected", f"{facts['dma_races'][0]} at scale {scale} (a write/write DMA race: wait for the "
                                        "first copy, or use separate buffers)")
-        if run.target.name != "cpu" and _pins_highest(run.task) and program.low_precision_xla_dots(exported["target"].mlir_module()):
+        if not run.target.host and _pins_highest(run.task) and program.low_precision_xla_dots(exported["target"].mlir_module()):
             raise _Verdict("rejected", f"a float32 dot outside the kernels runs below HIGHEST precision at scale {scale} "
                                        "(one bf16 pass on a TPU, TF32 on a GPU) on a task whose reference runs at HIGHEST")
         if facts.get("low_precision_dots") and _pins_highest(run.task):
@@ -402,7 +402,7 @@ def _check_programs(run: _Run) -> None:
                                        "precision (one bf16 pass on a TPU): use precision=HIGHEST in the kernel")
         run.exported[scale] = exported
         facts["kernel_calls"] = len(kernels)
-        if files["cpu"] is None and not run.on_device and run.target.name != "cpu":
+        if files["cpu"] is None and not run.on_device and not run.target.host:
             run.flags.append(f"scale {scale}: {facts.get('cpu_error') or 'the HLO interpreter cannot run this kernel'}; its cases "
                              "ran in the TPU interpreter inside the isolated tracer (weaker: see the verdict's verified_by)")
     files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in run.scales}
@@ -430,7 +430,7 @@ def _check_programs(run: _Run) -> None:
 def _ablate(run: _Run) -> None:
     """Rule 15: every kernel must change the result when its outputs are replaced, and the reference's
     work must run inside kernels (the judge's own variants of the target program, run on the CPU)."""
-    if run.target.name == "cpu":
+    if run.target.host:
         return
     for scale in run.suite.scales:
         n = run.programs[scale]["kernel_calls"]
@@ -473,7 +473,7 @@ def _check_races(run: _Run) -> None:
     It models what the HLO interpreter does not: DMA races, out-of-bounds block accesses, output blocks revisited
     after they were written back. A race rejects; an error or a mismatch there counts as incorrect. A tracer
     could hide a finding, never invent a pass."""
-    if run.target.name != "tpu" or run.on_device:
+    if run.target.interpreter != "tpu" or run.on_device:
         return
     for scale in run.suite.scales:  # without a CPU form every case already runs in the TPU interpreter
         if run.programs[scale].get("kernels") and run.programs[scale].get("cpu_file"):
@@ -575,7 +575,7 @@ def _interpreter_limit(reply: Mapping[str, Any]) -> bool:
 
 
 def _executor(run: _Run, scale: str) -> tuple[Child, str]:
-    if run.on_device or run.target.name == "cpu":
+    if run.on_device or run.target.host:
         return run.runner, "target"
     if run.programs[scale].get("cpu_file"):
         return run.runner, "cpu"
@@ -584,7 +584,7 @@ def _executor(run: _Run, scale: str) -> tuple[Child, str]:
 
 def _time_and_cost(run: _Run) -> tuple[TimingResult, CostResult | None]:
     cost = None
-    if run.target.name == "cpu" or run.on_device:
+    if run.target.host or run.on_device:
         t0 = time.perf_counter()
         reply = run.runner.ask({"op": "cost", "scale": run.timed, "form": "target"}, run.timeouts.cost_s, "cost analysis")
         if reply.get("ok"):
@@ -794,7 +794,7 @@ def _roofline_floor(run: _Run, flops: float, inputs: list[np.ndarray]) -> float 
 
 
 def _no_cost(run: _Run) -> str:
-    if run.target.name != "cpu" and not run.target.device_present():
+    if not run.target.host and not run.target.device_present():
         return f"not computed: the {run.target.name} kernel runs interpreted here, so an XLA cost would not describe it"
     return "not run"
 

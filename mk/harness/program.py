@@ -26,11 +26,13 @@ from typing import Any, Callable, Iterator, Sequence
 log = logging.getLogger(__name__)
 
 #: custom-call targets that are the target's own kernels
-KERNEL_TARGETS = {
-    "tpu": frozenset({"tpu_custom_call"}),
-    "gpu": frozenset({"__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu", "mosaic_gpu_v2"}),
-    "cpu": frozenset(),
-}
+def _kernel_calls(target: str) -> frozenset[str]:
+    """The custom calls that are ``target``'s kernels (the target registry says)."""
+    from mk.targets import get_target
+
+    return get_target(target).kernel_calls
+
+
 #: custom calls XLA itself emits for partitioning/placement; they compute nothing
 BENIGN_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
                             "MoveToHost", "MoveToDevice", "X64Combine", "X64SplitLow", "X64SplitHigh"})
@@ -244,13 +246,13 @@ def custom_calls(module_text: str) -> list[CallSite]:
 
 
 def kernel_calls(sites: Sequence[CallSite], target: str) -> list[CallSite]:
-    return [s for s in sites if s.target in KERNEL_TARGETS[target]]
+    return [s for s in sites if s.target in _kernel_calls(target)]
 
 
 def foreign_calls(sites: Sequence[CallSite], target: str) -> list[CallSite]:
     """Custom calls that are neither the target's kernels nor XLA's own placement markers (host callbacks
     and any other opaque code)."""
-    return [s for s in sites if s.target not in KERNEL_TARGETS[target] and s.target not in BENIGN_TARGETS]
+    return [s for s in sites if s.target not in _kernel_calls(target) and s.target not in BENIGN_TARGETS]
 
 
 def low_precision_xla_dots(module_text: str) -> int:

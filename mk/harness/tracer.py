@@ -46,7 +46,9 @@ def _setup() -> None:
     import jax.experimental.pallas  # noqa: F401
     from jax import export  # noqa: F401
 
-    if os.environ.get("MK_TARGET") == "tpu":  # 0.2 s: only for the target that needs it
+    from mk.targets import get_target
+
+    if os.environ.get("MK_TARGET") and get_target(os.environ["MK_TARGET"]).kernel_language == "mosaic":  # 0.2 s: only if needed
         import jax.experimental.pallas.tpu  # noqa: F401
 
     from mk.harness import arrays, policy, program  # noqa: F401  (imported before the policy closes the file system)
@@ -68,7 +70,7 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
     workdir = _state["workdir"]
     spec = json.loads((workdir / SPEC_FILE).read_text())
     _state.update(spec=spec, target=get_target(spec["target"]))
-    if spec["target"] == "tpu":
+    if _state["target"].kernel_language == "mosaic":
         import jax.experimental.pallas.tpu  # noqa: F401  (before the policy closes the file system)
     _seen_as_target(_state["target"])
     t0 = time.perf_counter()
@@ -100,7 +102,7 @@ def _seen_as_target(target: Any) -> None:
 
     import jax
 
-    if target.name == "cpu" or target.device_present():
+    if target.host or target.device_present():
         return
     real = jax.default_backend
 
@@ -218,7 +220,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         "async_kernels": program.async_kernels(closed.jaxpr),
         "dma_races": program.dma_write_races(closed.jaxpr),
         "platform_dependent": program.platform_dependent(closed.jaxpr),
-        "shared_output_blocks": program.shared_output_blocks(closed.jaxpr) if target.name == "gpu" else [],
+        "shared_output_blocks": program.shared_output_blocks(closed.jaxpr) if target.kernel_language == "triton" else [],
     }
     if facts["callbacks"]:
         return {**facts, "target_file": None, "cpu_file": None}
@@ -235,16 +237,16 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         (workdir / cpu_file).write_bytes(cpu.serialize())
     except Exception as exc:  # noqa: BLE001 - e.g. a DMA kernel the HLO interpreter cannot run
         cpu_file, cpu_error = None, f"{type(exc).__name__}: {_first_line(exc)}"
-    if target.name == "cpu":
+    if target.host:
         target_file = cpu_file
     else:
         target_file = f"{scale}.target"
         # the target's own kernels are allowed custom calls (jax.export only trusts a fixed list by default); the judge
         # reads every custom call in the module and refuses any other
-        checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(program.KERNEL_TARGETS[target.name])]
+        checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(target.kernel_calls)]
         exported = export.export(as_fun(closed), platforms=[target.platform], disabled_checks=checks)(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
-    if cpu_file is None or (target.name == "tpu" and facts["kernels"]):  # the TPU interpreter: fallback, cross-check
+    if cpu_file is None or (target.interpreter == "tpu" and facts["kernels"]):  # the TPU interpreter: fallback, cross-check
         _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, target.interpret_params())), out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 

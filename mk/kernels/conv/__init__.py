@@ -16,6 +16,7 @@ from mk.kernels.conv.config import Config, Shapes, default, space
 from mk.kernels.conv.gpu import conv_gpu
 from mk.kernels.conv.reference import conv as reference
 from mk.kernels.conv.tpu import conv_tpu
+from mk.targets import kernel_language
 
 #: the chip whose facts a target's default tiling reads when none is named (mk.hardware.DEFAULT_SPECS)
 _CHIPS = {"tpu": "v6e", "gpu": "h200"}
@@ -29,7 +30,7 @@ def conv(x: Any, w: Any, *params: Any, target: str, epilogue: Callable[..., Any]
     shapes = Shapes.of(tuple(x.shape), tuple(w.shape), np.dtype(x.dtype).itemsize, epilogue is not None)
     config = config or default(chip or _CHIPS[target], shapes)
     config.check(target, shapes)
-    fn = conv_tpu if target == "tpu" else conv_gpu
+    fn = conv_tpu if kernel_language(target) == "mosaic" else conv_gpu
     return fn(x, w, *params, epilogue=epilogue, bias=bias, **config.kwargs(target), **kernel_kwargs)
 
 

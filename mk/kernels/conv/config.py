@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mk.hardware import get_spec
+from mk.targets import kernel_language
 
 
 def _pow2(n: int) -> int:
@@ -75,14 +76,14 @@ class Config:
             return
         if shapes.fused_epilogue:
             raise ValueError(f"block_cout={bc}: a fused epilogue needs all {shapes.cout} output channels per program")
-        if target == "tpu" and (shapes.cout % bc or bc % 128):
+        if kernel_language(target) == "mosaic" and (shapes.cout % bc or bc % 128):
             raise ValueError(f"block_cout={bc} must divide Cout={shapes.cout} and be a multiple of 128 on TPU")
-        if target == "gpu" and (bc & (bc - 1) or bc < 16):
+        if kernel_language(target) == "triton" and (bc & (bc - 1) or bc < 16):
             raise ValueError(f"block_cout={bc} must be a power of two >= 16 on GPU")
 
     def kwargs(self, target: str) -> dict[str, Any]:
         """The keyword arguments the target's kernel takes."""
-        if target == "tpu":
+        if kernel_language(target) == "mosaic":
             return {"block_cout": self.block_cout, "unroll": self.unroll}
         return {"block_cout": self.block_cout, "num_warps": self.num_warps, "num_stages": self.num_stages}
 
@@ -123,13 +124,13 @@ def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
     """The tuning space: for each :class:`Config` field that can vary here, the values worth trying."""
     out: dict[str, list[Any]] = {}
     if not shapes.fused_epilogue:
-        if target == "tpu":
+        if kernel_language(target) == "mosaic":
             opts = [b for b in range(128, shapes.cout, 128) if shapes.cout % b == 0][-2:]
         else:
             opts = [b for b in (32, 64, 128) if b < max(16, _pow2(shapes.cout))]
         if opts:
             out["block_cout"] = [*opts, None]
-    if target == "tpu":
+    if kernel_language(target) == "mosaic":
         rows = math.prod(shapes.out_spatial[:-1])
         out["unroll"] = [u for u in (1, 2, 4) if u <= max(1, rows)]
     else:

@@ -17,6 +17,7 @@ from mk.kernels.gmm.config import Config, Shapes, default, space
 from mk.kernels.gmm.gpu import gmm_gpu
 from mk.kernels.gmm.reference import gmm as reference
 from mk.kernels.gmm.tpu import gmm_tpu
+from mk.targets import kernel_language
 
 _CHIPS = {"tpu": "v6e", "gpu": "h200"}
 
@@ -29,7 +30,7 @@ def gmm(lhs: Any, rhs: Any, group_sizes: Any, *, target: str, config: Config | N
     shapes = Shapes(lhs.shape[0], lhs.shape[1], rhs.shape[2], rhs.shape[0], jnp.dtype(lhs.dtype).itemsize)
     config = config or default(chip or _CHIPS[target], shapes)
     config.check(target)
-    fn = gmm_tpu if target == "tpu" else gmm_gpu
+    fn = gmm_tpu if kernel_language(target) == "mosaic" else gmm_gpu
     return fn(lhs, rhs, group_sizes, **config.kwargs(target), **kernel_kwargs)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mk.hardware import get_spec
+from mk.targets import kernel_language
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,14 @@ class Config:
 
     def check(self, target: str) -> None:
         """Raise ``ValueError`` when a block is not a legal request on ``target``."""
-        if target == "tpu" and (self.block_n % 128 or self.block_k % 128 or self.block_m % 8):
+        if kernel_language(target) == "mosaic" and (self.block_n % 128 or self.block_k % 128 or self.block_m % 8):
             raise ValueError(f"TPU blocks: block_m a multiple of 8, block_n/block_k of 128, got {self}")
-        if target == "gpu" and any(b & (b - 1) or b < 16 for b in (self.block_m, self.block_n, self.block_k)):
+        if kernel_language(target) == "triton" and any(b & (b - 1) or b < 16 for b in (self.block_m, self.block_n, self.block_k)):
             raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
 
     def kwargs(self, target: str) -> dict[str, Any]:
         base = {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k}
-        return base if target == "tpu" else {**base, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        return base if kernel_language(target) == "mosaic" else {**base, "num_warps": self.num_warps, "num_stages": self.num_stages}
 
 
 def _pow2_floor(n: int) -> int:
@@ -90,7 +91,7 @@ def default(chip: str, shapes: Shapes) -> Config:
 
 def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
     """The tuning space over :class:`Config`'s fields, every point legal for ``target``."""
-    if target == "tpu":
+    if kernel_language(target) == "mosaic":
         sub = 8 * max(1, 4 // shapes.itemsize)
         out: dict[str, list[Any]] = {
             "block_m": [b for b in (sub, 64, 128, 256) if b >= sub and b <= max(sub, shapes.m)][-3:],

@@ -17,6 +17,7 @@ from mk.kernels.swiglu.config import Config, Shapes, default, space
 from mk.kernels.swiglu.gpu import swiglu_gpu
 from mk.kernels.swiglu.reference import silu_gate, swiglu as reference
 from mk.kernels.swiglu.tpu import swiglu_tpu
+from mk.targets import kernel_language
 
 _CHIPS = {"tpu": "v6e", "gpu": "h200"}
 
@@ -31,7 +32,7 @@ def swiglu(x: Any, wg: Any, wu: Any, wd: Any, *, target: str, config: Config | N
     shapes = Shapes(x2.shape[0], e, wg.shape[1], wd.shape[1], jnp.dtype(x.dtype).itemsize)
     config = config or default(chip or _CHIPS[target], shapes)
     config.check(target)
-    fn = swiglu_tpu if target == "tpu" else swiglu_gpu
+    fn = swiglu_tpu if kernel_language(target) == "mosaic" else swiglu_gpu
     return fn(x2, wg, wu, wd, **config.kwargs(target), **kernel_kwargs).reshape(*lead, wd.shape[1])
 
 

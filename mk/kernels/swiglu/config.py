@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mk.hardware import get_spec
+from mk.targets import kernel_language
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,13 @@ class Config:
             raise ValueError(f"num_stages must be an int in [1, 5], got {self.num_stages!r}")
 
     def check(self, target: str) -> None:
-        if target == "tpu" and (self.block_f % 128 or self.block_m % 8):
+        if kernel_language(target) == "mosaic" and (self.block_f % 128 or self.block_m % 8):
             raise ValueError(f"TPU blocks: block_m a multiple of 8, block_f of 128, got {self}")
-        if target == "gpu" and any(b & (b - 1) or b < 16 for b in (self.block_m, self.block_f, self.block_n)):
+        if kernel_language(target) == "triton" and any(b & (b - 1) or b < 16 for b in (self.block_m, self.block_f, self.block_n)):
             raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
 
     def kwargs(self, target: str) -> dict[str, Any]:
-        if target == "tpu":
+        if kernel_language(target) == "mosaic":
             return {"block_m": self.block_m, "block_f": self.block_f}
         return {"block_m": self.block_m, "block_f": self.block_f, "block_n": self.block_n,
                 "num_warps": self.num_warps, "num_stages": self.num_stages}
@@ -83,7 +84,7 @@ def default(chip: str, shapes: Shapes) -> Config:
 
 def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
     """The tuning space over :class:`Config`'s fields, every point legal for ``target``."""
-    if target == "tpu":
+    if kernel_language(target) == "mosaic":
         sub = 8 * max(1, 4 // shapes.itemsize)
         out: dict[str, list[Any]] = {
             "block_m": [b for b in (sub, 64, 128, 256) if b >= sub and b <= max(sub, shapes.m)][-3:],
