@@ -80,21 +80,6 @@ def kernel(x, weight, eps):
 '''
 
 
-class Agents:
-    """The fake model's answers, one queue per output field (the last answer repeats)."""
-
-    def __init__(self, **queues: list[dict[str, Any]]):
-        self.queues = {k: list(v) for k, v in queues.items()}
-
-    def __call__(self, seen: Any) -> Any:
-        from fake_gemini import fields
-
-        queue = self.queues.get(seen.asked)
-        if not queue:
-            return None
-        return fields(**(queue.pop(0) if len(queue) > 1 else queue[0]))
-
-
 def _tpu_skeleton() -> str:
     """The hardware brief's TPU skeleton (read from the source, so an older mk measured with this script has it too)."""
     import ast
@@ -152,7 +137,7 @@ def _measure(name: str, fake: Any, accountant: Any, correct: int, extra: dict[st
 
 
 def auto_cpu_feedback() -> dict[str, Any]:
-    from fake_gemini import FakeGemini
+    from fake_gemini import Agents, FakeGemini
 
     from mk.lm import Accountant
     from mk.loaders import load_task
@@ -177,7 +162,7 @@ def auto_cpu_feedback() -> dict[str, Any]:
 
 
 def auto_tpu_no_device() -> dict[str, Any]:
-    from fake_gemini import FakeGemini
+    from fake_gemini import Agents, FakeGemini
     from mk.lm import Accountant
     from mk.programs.auto import Auto
     from mk.programs.lm_author import LMAuthor
@@ -199,7 +184,7 @@ def auto_tpu_no_device() -> dict[str, Any]:
 
 def beam_2x2() -> dict[str, Any]:
     import test_search_support as sup
-    from fake_gemini import FakeGemini
+    from fake_gemini import Agents, FakeGemini
 
     from mk.lm import Accountant
     from mk.loaders import load_task

@@ -96,6 +96,20 @@ def fields(*, input_tokens: int = 10, output_tokens: int = 5, **values: Any) -> 
     return ok("\n\n".join(parts + ["[[ ## completed ## ]]"]), input_tokens=input_tokens, output_tokens=output_tokens)
 
 
+class Agents:
+    """A router (``FakeGemini.route``) answering each sub-agent from its own queue, by the output field it asks for
+    (``plan``, ``code``, ``fixed_code``, ``analysis`` ...); the last answer of a queue repeats."""
+
+    def __init__(self, **queues: list[dict[str, Any]]):
+        self.queues = {k: list(v) for k, v in queues.items()}
+
+    def __call__(self, seen: "Seen") -> Reply | None:
+        queue = self.queues.get(seen.asked)
+        if not queue:
+            return None
+        return fields(**(queue.pop(0) if len(queue) > 1 else queue[0]))
+
+
 def malformed() -> Reply:
     return Reply(200, b'{"candidates": [{"content": ')
 

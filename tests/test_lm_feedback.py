@@ -12,7 +12,7 @@ import pytest
 from dspy.clients.cache import Cache
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
 
-from fake_gemini import FakeGemini, Seen, fields
+from fake_gemini import Agents, FakeGemini  # noqa: F401 - Agents: also imported from here by other tests
 from mk.candidate import Candidate
 from mk.gemini import gemini_lm
 from mk.harness import evaluate
@@ -47,19 +47,6 @@ def kernel(x, weight, eps):
         ms = jnp.ones_like(x32[..., :1])
     return (x32 * jax.lax.rsqrt(ms + eps) * weight).astype(x.dtype)
 '''
-
-
-class Agents:
-    """The fake model's answers, one queue per output field (the last answer repeats)."""
-
-    def __init__(self, **queues):
-        self.queues = {k: list(v) for k, v in queues.items()}
-
-    def __call__(self, seen: Seen):
-        queue = self.queues.get(seen.asked)
-        if not queue:
-            return None
-        return fields(**(queue.pop(0) if len(queue) > 1 else queue[0]))
 
 
 def prompts(fake: FakeGemini, field: str) -> list[str]:

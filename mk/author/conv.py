@@ -16,15 +16,13 @@ on its output, as whole-array JAX (XLA fuses it).
 
 from __future__ import annotations
 
-import inspect
 import re
-import textwrap
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr
+from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head, module_body
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.split import split_epilogue
@@ -174,15 +172,8 @@ def _size(probes: Any, values: list[int]) -> str:
         raise Unsupported(str(exc)) from exc
 
 
-def _module_body(module: Any) -> str:
-    """The kernel module's code after its docstring and imports (the written file has its own imports)."""
-    lines = inspect.getsource(module).splitlines()
-    last = max(i for i, line in enumerate(lines) if line.startswith(("import ", "from ")))
-    return "\n".join(lines[last + 1:]).strip("\n")
-
-
 def _defined(target: str) -> set[str]:
-    src = _module_body(tpu_kernel if kernel_language(target) == "mosaic" else gpu_kernel)
+    src = module_body(tpu_kernel if kernel_language(target) == "mosaic" else gpu_kernel)
     return set(re.findall(r"^def ([A-Za-z_][A-Za-z0-9_]*)", src, re.M)) | {"itertools", "math"}
 
 
@@ -220,23 +211,10 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
             + ("; Triton blocks are powers of two, so the tile is zero-padded and every reduction in the epilogue "
                "masks the padding out." if gpu else "."))
     lines = [
-        f'"""mk offline author: convolution with fused epilogue for {task.name} (target {target}).', "",
-        *textwrap.wrap(text, 110), '"""',
-        "import functools",
-        "import itertools",
-        "import math",
+        *file_head(f"mk offline author: convolution with fused epilogue for {task.name} (target {target}).", text, gpu=gpu,
+                   space=tuning, imports=("import itertools", "import math")),
         "",
-        "import jax",
-        "import jax.numpy as jnp",
-        "from jax import lax",
-        "from jax.experimental import pallas as pl",
-        "from jax.experimental.pallas import triton as pltriton" if gpu else "from jax.experimental.pallas import tpu as pltpu",
-        "",
-        f"CONFIG_SPACE = {tuning!r}",
-        "",
-        f"# --- mk/kernels/conv/{target}.py " + "-" * 70,
-        _module_body(module),
-        "# " + "-" * 100,
+        *family_section("conv", target, module),
         "",
         "",
         *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),

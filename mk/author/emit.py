@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -326,3 +326,30 @@ class Emitter:
                               "group, its padding is not at the row's end")
         self.out.outputs = [self._ref(v)[0] for v in outvars]
         return self.out
+
+
+# --- the written kernel file -------------------------------------------------------------------------
+def file_head(title: str, text: str, *, gpu: bool, space: Any, imports: Sequence[str] = ()) -> list[str]:
+    """The first lines of a written kernel file: its docstring (``title`` and ``text`` wrapped), the imports every
+    Pallas kernel file needs (``imports`` after ``functools``), the Triton or Mosaic module, and ``CONFIG_SPACE``."""
+    import textwrap
+
+    return [f'"""{title}', "", *textwrap.wrap(text, 110), '"""',
+            "import functools", *imports, "", "import jax", "import jax.numpy as jnp", "from jax import lax",
+            "from jax.experimental import pallas as pl",
+            "from jax.experimental.pallas import triton as pltriton" if gpu else "from jax.experimental.pallas import tpu as pltpu",
+            "", f"CONFIG_SPACE = {space!r}"]
+
+
+def module_body(module: Any) -> str:
+    """A kernel module's code after its docstring and imports (the written file has its own imports)."""
+    import inspect
+
+    lines = inspect.getsource(module).splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith(("import ", "from ")))
+    return "\n".join(lines[last + 1:]).strip("\n")
+
+
+def family_section(family: str, target: str, module: Any) -> list[str]:
+    """A ``mk/kernels/<family>/<target>.py`` module copied unchanged into a written file, between two rules."""
+    return [f"# --- mk/kernels/{family}/{target}.py ".ljust(99, "-"), module_body(module), "# " + "-" * 100]

@@ -17,11 +17,9 @@ The written file carries ``mk/kernels/gmm/{tpu,gpu}.py`` verbatim and calls it.
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
-from mk.author.conv import _module_body
-from mk.author.emit import Unsupported, dtype_expr
+from mk.author.emit import Unsupported, dtype_expr, family_section, file_head
 from mk.author.probe import arg_names, signature, static_names
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
@@ -166,21 +164,9 @@ def _render(task: Task, names: list[str], form: str, found: dict[str, Any], targ
     text += (f" The kernel is mk/kernels/gmm/{target}.py, copied below unchanged. Block sizes are requests, fitted to "
              "the sizes the kernel is called with.")
     lines = [
-        f'"""mk offline author: grouped matmul for {task.name} (target {target}).', "",
-        *textwrap.wrap(text, 110), '"""',
-        "import functools",
+        *file_head(f"mk offline author: grouped matmul for {task.name} (target {target}).", text, gpu=gpu, space=tuning),
         "",
-        "import jax",
-        "import jax.numpy as jnp",
-        "from jax import lax",
-        "from jax.experimental import pallas as pl",
-        "from jax.experimental.pallas import triton as pltriton" if gpu else "from jax.experimental.pallas import tpu as pltpu",
-        "",
-        f"CONFIG_SPACE = {tuning!r}",
-        "",
-        f"# --- mk/kernels/gmm/{target}.py " + "-" * 71,
-        _module_body(module),
-        "# " + "-" * 100,
+        *family_section("gmm", target, module),
         "",
         "",
         f"def kernel({signature(task, cfg_sig)}):",

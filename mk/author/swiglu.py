@@ -10,11 +10,9 @@ emitted from the jaxpr by :mod:`mk.author.emit`; the kernel is
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
-from mk.author.conv import _module_body
-from mk.author.emit import Emitter, Unsupported, dtype_expr
+from mk.author.emit import Emitter, Unsupported, dtype_expr, family_section, file_head
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
@@ -108,21 +106,9 @@ def _render(task: Task, names: list[str], xi: int, ws: tuple[int, int, int], bod
             + ("; the gate runs in f32 for 16-bit inputs (Triton lowers no 16-bit division)." if gpu else
                f"; the products before the gate are rounded to {inter.split('.')[-1]}, as the reference's are."))
     lines = [
-        f'"""mk offline author: fused gated MLP for {task.name} (target {target}).', "",
-        *textwrap.wrap(text, 110), '"""',
-        "import functools",
+        *file_head(f"mk offline author: fused gated MLP for {task.name} (target {target}).", text, gpu=gpu, space=tuning),
         "",
-        "import jax",
-        "import jax.numpy as jnp",
-        "from jax import lax",
-        "from jax.experimental import pallas as pl",
-        "from jax.experimental.pallas import triton as pltriton" if gpu else "from jax.experimental.pallas import tpu as pltpu",
-        "",
-        f"CONFIG_SPACE = {tuning!r}",
-        "",
-        f"# --- mk/kernels/swiglu/{target}.py " + "-" * 68,
-        _module_body(module),
-        "# " + "-" * 100,
+        *family_section("swiglu", target, module),
         "",
         "",
         "def _gate(g, u):",
