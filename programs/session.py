@@ -396,7 +396,9 @@ def _verdict(res: EvalResult) -> Any:
     timing = res.timing
     extra = []
     if timing is not None:
-        extra.append(Text(f"speedup {timing.speedup:.2f}x" if timing.measured and timing.speedup else f"time: {timing.reason or 'not measured'}"))
+        why = timing.reason or "not measured"
+        extra.append(Text(f"speedup {timing.speedup:.2f}x" if timing.measured and timing.speedup else
+                          f"time {why}" if why.startswith("not ") else f"time: {why}"))
     return Group(head, table, *extra)
 
 

@@ -145,3 +145,12 @@ def test_real_builtin_suite_lists_without_errors(capsys):
     entries = json.loads(capsys.readouterr().out)
     assert entries and all("error" not in e and e["kind"] == "builtin" for e in entries)
     assert any(e["id"] == "jaxbench:12p_RMSNorm" for e in entries)
+
+
+def test_a_broken_task_file_is_a_usage_error_for_tasks_and_optimize_alike(tmp_path):
+    from mk.cli import main as cli
+
+    bad = tmp_path / "broken_task.py"
+    bad.write_text("import jax\nTASK = (\n")
+    assert cli(["tasks", str(bad)]) == 2
+    assert cli(["optimize", str(bad), "--lm", "offline", "--db", str(tmp_path / "db.duckdb"), "--out", str(tmp_path / "o")]) == 2

@@ -133,10 +133,11 @@ def record(db: str, result: Any) -> str | None:
 
 
 def _table(result: Any, args: argparse.Namespace) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from mk.commands._console import console as make_console
+
+    console = make_console()  # not cut at 80 columns when piped
     colour = "green" if result.status == "correct" else "red"
     console.print(f"[bold {colour}]{result.status}[/]: {result.reason}", highlight=False)
     if result.failed_case:

@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(entries, indent=2) + "\n")
     else:
         _table(entries, args.path)
+    from pathlib import Path
+
+    if entries and all("error" in e for e in entries) and Path(args.path).is_file():
+        return 2  # a broken task file is a usage error, as `mk optimize FILE` says too
     return 1 if any("error" in e for e in entries) else 0
 
 

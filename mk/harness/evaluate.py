@@ -704,7 +704,7 @@ def _wants_timing(run: _Run) -> bool:
 
 def _no_timing(run: _Run) -> str:
     if not run.measure:
-        return "timing not requested (--no-time)"
+        return "not timed: timing was not asked for (a validation run, or mk eval --no-time)"
     if not run.target.can_time():
         return (f"not measured: no {run.target.name} device here (correctness ran in {run.target.mode()} mode); "
                 "a speedup needs the real device")
