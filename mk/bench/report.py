@@ -96,10 +96,18 @@ def _markdown(r: BenchResult) -> str:
             lines += [f"## {title}", "", f"![{title}]({name})", ""]
     if not any(p.endswith("fast_p.png") for p in r.plots) and r.plots:
         lines += ["(no fast_p curve: speed was not measured)", ""]
+    if any(row.spread is not None for row in r.rows):
+        lines += ["Each correct row's best kernel was timed again beside the other methods' on the same task (round-robin; "
+                  "one set of runs where two methods kept the same kernel): its speedup is the median, the range is the "
+                  "spread, and methods whose spreads overlap the fastest one's are a **tie** (the difference is noise).", ""]
     lines += ["## Per task", "", "| task | method | status | compiled | correct | speedup | candidates | seconds | best / reason |",
               "|---|---|---|---|---|---|---|---|---|"]
     for row in r.rows:
         speed = _x(row.speedup) if row.speedup is not None else ("not measured" if row.correct else "—")
+        if row.spread is not None:  # timed again beside the other methods' kernels: median (min-max), ties named
+            speed += f" ({row.spread[0]:.2f}-{row.spread[1]:.2f}, {len(row.speedup_runs)} runs)"
+            if row.tied_with:
+                speed += f", tie with {', '.join(row.tied_with)}"
         why = row.best if row.correct else row.reason
         why = (why or "").replace("|", "/").replace("\n", " ")
         lines.append(f"| {row.task} | {row.method} | {row.status} | {'yes' if row.compiled else 'no'} | "

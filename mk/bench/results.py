@@ -44,6 +44,12 @@ class TaskRow:
     seconds: float = 0.0
     best: str = ""
     progress: list[Step] = field(default_factory=list)
+    #: the best kernel's speedups when timed again beside the other methods' (mk.bench.noise), its own first
+    speedup_runs: list[float] = field(default_factory=list)
+    #: (min, max) of ``speedup_runs``; None when it was not timed again
+    spread: tuple[float, float] | None = None
+    #: the methods whose spread on this task overlaps this one's best: a difference inside the noise
+    tied_with: list[str] = field(default_factory=list)
 
     def outcome(self) -> TaskOutcome:
         return TaskOutcome(self.task, self.compiled, self.correct, self.speedup if self.correct else None)

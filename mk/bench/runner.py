@@ -49,6 +49,8 @@ class BenchConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     #: one budget for the whole benchmark (LM calls, cost, wall time): checked between tasks and inside every method
     budget: Any = None
+    #: times each task's best kernels are timed again side by side (mk.bench.noise; 0: not), where timing is possible
+    repeats: int = 3
 
 
 def resolve_author_factory(lm: Any, store: Any = None, budget: Any = None) -> tuple[Callable[[], Any], str]:
@@ -200,6 +202,13 @@ def _run_tasks(refs: list[Any], methods: list[str], cfg: BenchConfig, factory: C
             rows.append(row)
             record_row(store, bench_id, row)
             emit("task", {"row": row})
+        mine = [r for r in rows[-len(methods):] if r.task == task.name]
+        if cfg.repeats and sum(r.correct and r.speedup is not None for r in mine) >= 1:
+            from mk.bench.noise import retime
+
+            retime(task, mine, store=store, target=cfg.target, evaluate=mcfg.judge(), repeats=cfg.repeats)
+            for r in mine:
+                record_row(store, bench_id, r)
 
 
 def _error_row(method: str, task: str, reason: str) -> TaskRow:

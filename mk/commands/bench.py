@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="mk-bench", help="folder for report.md, results.json and the PNG plots")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="write the report without plots")
     p.add_argument("--json", action="store_true", help="print the metrics and per-task rows as JSON")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="time each task's best kernels this many more times side by side, to tell methods from noise "
+                        "(default 3; 0: no; only where the target can be timed)")
     add_budget_flags(p, "for the whole benchmark: ")
     p.set_defaults(func=run)
 
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         tasks=[t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None, lm=args.lm,
         iterations=args.iterations, samples=args.samples, tune=args.tune, max_trials=args.trials, db=args.db, out=args.out,
         plots=args.plots, search={"algorithm": args.search_algorithm, "depth": args.depth, "width": args.width},
-        budget=budget_from(args),
+        budget=budget_from(args), repeats=max(0, args.repeats),
     )
     with _Progress(console) as progress:
         result = run_bench(cfg, on_event=progress.on_event)

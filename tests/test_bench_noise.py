@@ -1,0 +1,57 @@
+"""Bench noise (mk/bench/noise.py): best kernels timed again side by side, one set of runs per distinct kernel,
+median and spread per row, ties where spreads overlap."""
+
+from __future__ import annotations
+
+from mk.bench.noise import mark_ties, retime
+from mk.bench.results import TaskRow
+from mk.harness.results import EvalResult, TimingResult
+from mk.store import Store
+from mk.task import ArgSpec, Scale, Task, Tolerance
+
+A = "import jax.numpy as jnp\n\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"
+B = "import jax.numpy as jnp\n\ndef kernel(x):\n    return 2.0 * jnp.tanh(x)\n"
+
+
+def _task():
+    import jax.numpy as jnp
+
+    return Task("tanh2", lambda x: jnp.tanh(x) * 2.0, (ArgSpec("x", ("M", "N"), "float32"),),
+                {"ci": Scale("ci", {"M": 8, "N": 128})}, tolerance=Tolerance(1e-5, 1e-5))
+
+
+def _row(store, method, code, speedup):
+    run = store.create_run(None, "bench", {"target": "cpu"})
+    store.add_node(run, None, code=code, status="correct", speedup=speedup, meta={"template": "rewrite"})
+    return TaskRow(method, "tanh2", "correct", "ok", compiled=True, correct=True, speedup=speedup, run_id=run)
+
+
+def test_best_kernels_are_timed_again_side_by_side_and_ties_marked(tmp_path):
+    timings = {A: iter([1.9, 2.1, 2.0]), B: iter([1.2, 1.3, 1.25])}
+    order = []
+
+    def judge(task, candidate, *, target, suite, measure, config, **kw):
+        order.append(candidate.source)
+        s = next(timings[candidate.source])
+        return EvalResult(status="correct", reason="ok", task=task.name, target=target,
+                          timing=TimingResult(measured=True, speedup=s, candidate_median_s=1e-3 / s, reference_median_s=1e-3))
+
+    with Store.open(tmp_path / "b.duckdb") as store:
+        auto, bon, search = _row(store, "auto", A, 2.4), _row(store, "best-of-n", A, 1.8), _row(store, "search", B, 1.6)
+        retime(_task(), [auto, bon, search], store=store, target="cpu", evaluate=judge, repeats=3)
+    assert order == [A, B, A, B, A, B]  # round-robin, and the kernel two methods kept is timed once per round
+    assert auto.speedup_runs == [2.4, 1.9, 2.1, 2.0] and auto.speedup == 2.05 and auto.spread == (1.9, 2.4)
+    assert bon.speedup_runs == [1.8, 1.9, 2.1, 2.0] and bon.spread == (1.8, 2.1)
+    assert search.spread == (1.2, 1.6) and search.speedup == 1.275
+    assert auto.tied_with == ["best-of-n"] and bon.tied_with == ["auto"] and search.tied_with == []
+
+
+def test_ties_need_overlapping_spreads():
+    a = TaskRow("a", "t", "correct", speedup=2.0, correct=True)
+    b = TaskRow("b", "t", "correct", speedup=1.0, correct=True)
+    a.spread, b.spread = (1.9, 2.1), (0.9, 1.1)
+    mark_ties([a, b])
+    assert a.tied_with == [] and b.tied_with == []
+    b.spread = (0.9, 1.95)
+    mark_ties([a, b])
+    assert a.tied_with == ["b"] and b.tied_with == ["a"]
