@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from mk.author.proposal import Proposal
+from mk.authors import Author, as_author  # noqa: F401 - the author contract (one definition, in mk.authors)
 from mk.candidate import Candidate
 from mk.errors import BudgetExceeded, CandidateError, MkError
 from mk.harness.results import EvalResult
@@ -55,10 +56,6 @@ class Context:
     iteration: int = 0  # the attempt in flight (0 outside an Auto loop)
     plan: "Plan | None" = None  # the attempt's plan (what a fixer must keep), once chosen
     lessons: str = ""  # what earlier runs learned that fits this call (mk.lessons): fixes for a fixer, plans for a planner
-
-
-#: the author contract (required plan/implement, defaulted hooks): one definition, in mk.authors
-from mk.authors import Author, as_author  # noqa: E402
 
 
 @dataclass

@@ -22,16 +22,13 @@ def best_kernel(store: Any, run_id: str | None) -> tuple[str, dict[str, Any], st
     """(code, tuned config, template) of a run's best node, or None."""
     if store is None or not run_id:
         return None
-    from mk.run.best import best_of
+    from mk.run.best import stored_best
 
-    rows = store.nodes(run_id)
-    best = best_of(rows)
-    if best is None or not best.get("code"):
+    found = stored_best(store, run_id)
+    if found is None or not found[0].get("code"):
         return None
-    meta = best.get("meta") or {}
-    config = dict(meta.get("config") or next((dict((s.get("profile") or {}).get("config") or {}) for s in store.snapshots(run_id)
-                                               if s.get("node_id") == best["id"]), {}))
-    return best["code"], config, str(meta.get("template") or "")
+    best, config = found
+    return best["code"], config, str((best.get("meta") or {}).get("template") or "")
 
 
 def retime(task: Any, rows: Sequence[Any], *, store: Any, target: str, evaluate: Callable[..., Any], repeats: int = 3) -> None:

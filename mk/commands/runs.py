@@ -201,8 +201,11 @@ def resume(args: argparse.Namespace) -> int:
 
 def describe_run(store: Any, run: dict[str, Any]) -> dict[str, Any]:
     """The run as plain values: its row, every node (key, verdict), the best node and its lineage."""
+    from mk.run.best import best_of, tuned_config
+
+    snapshots = store.snapshots(run["id"])  # read once: every node's tuned config comes from them
+
     task = store.get_task(run["task_fingerprint"]) if run.get("task_fingerprint") else None
-    tuned = {s["node_id"]: (s.get("profile") or {}).get("config") for s in store.snapshots(run["id"]) if s.get("node_id")}
     nodes = []
     for row in store.nodes(run["id"]):
         meta = row.get("meta") or {}
@@ -210,9 +213,7 @@ def describe_run(store: Any, run: dict[str, Any]) -> dict[str, Any]:
                       "plan": meta.get("head") or meta.get("first_plan") or (row.get("plan") or "")[:30], "status": row["status"],
                       "reason": row.get("reason") or "", "speedup": row["speedup"], "code_hash": row["code_hash"], "code": row.get("code") or "",
                       "duplicate_of": meta.get("duplicate_of"), "plan_text": row.get("plan") or "",
-                      "config": dict(meta.get("config") or tuned.get(row["id"]) or {})})
-    from mk.run.best import best_of
-
+                      "config": tuned_config(store, run["id"], row, snapshots)})
     best = best_of(nodes)
     by_id = {n["id"]: n for n in nodes}
     lineage = []

@@ -26,3 +26,19 @@ def best_of(items: Iterable[T], *, status: Callable[[T], Any] = _attr("status"),
     if measured:
         return max(measured, key=speedup)
     return correct[0] if correct else None
+
+
+def tuned_config(store: Any, run_id: str, node: dict[str, Any], snapshots: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The tuned config of a stored node: its meta's (a search node), else its snapshot's (an Auto attempt);
+    ``snapshots``: the run's snapshots when the caller has read them already."""
+    meta = node.get("meta") or {}
+    if meta.get("config"):
+        return dict(meta["config"])
+    return next((dict((s.get("profile") or {}).get("config") or {}) for s in (snapshots if snapshots is not None else
+                 store.snapshots(run_id)) if s.get("node_id") == node["id"]), {})
+
+
+def stored_best(store: Any, run_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The best stored node of ``run_id`` and its tuned config, or None when no node is correct."""
+    best = best_of(store.nodes(run_id))
+    return (best, tuned_config(store, run_id, best)) if best is not None else None

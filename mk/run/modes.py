@@ -127,17 +127,16 @@ def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget
 
 def stored_outcome(run: Run, status: str, reason: str) -> Outcome:
     """The run's outcome as the store holds it now (after an interrupt): its best kernel so far, snapshots or nodes."""
-    from mk.run.best import best_of
+    from mk.run.best import stored_best
 
     rows = run.store.nodes(run.id)
-    best_row = best_of(rows)
+    found = stored_best(run.store, run.id)
     best = None
-    if best_row is not None:
+    if found is not None:
+        best_row, config = found
         meta = best_row.get("meta") or {}
-        tuned = next((dict((s.get("profile") or {}).get("config") or {}) for s in run.store.snapshots(run.id)
-                      if s.get("node_id") == best_row["id"]), {})
         best = Best(best_row.get("code") or "", "correct", best_row.get("speedup"), meta.get("name") or meta.get("head") or
-                    meta.get("key") or "best so far", dict(meta.get("config") or tuned), best_row.get("plan") or "")
+                    meta.get("key") or "best so far", config, best_row.get("plan") or "")
     summary = [{"node": (r.get("meta") or {}).get("key") or r["id"][:8], "status": r["status"], "reason": r.get("reason") or "",
                 "speedup": r.get("speedup")} for r in rows]
     return Outcome(run.id, status, reason, best, summary)
