@@ -78,11 +78,27 @@ class OfflineAuthor:
             if not kernel_language(target) and name not in PURE_JAX:
                 continue
             try:
-                out.proposals.append(module.propose(task, traced, target))
+                made = module.propose(task, traced, target)
             except Unsupported as exc:
                 out.declined[name] = str(exc)
                 log.info("template %s declined %s: %s", name, task.name, exc)
+                continue
+            out.proposals.extend(_variants(name, made))
         return out
+
+
+def _variants(template: str, made: Proposal | list[Proposal] | tuple[Proposal, ...]) -> list[Proposal]:
+    """A template's proposals: one, or several variants (distinct strategies, each with its own name and plan text,
+    the first the template's default). Names and plan texts must differ, so a search grows one node per strategy and
+    a planner can ask for one by name."""
+    props = [made] if isinstance(made, Proposal) else list(made)
+    if not props:
+        raise ValueError(f"template {template} returned no proposal (it must raise Unsupported to decline)")
+    names = [p.name for p in props]
+    rationales = [p.rationale.strip() for p in props]
+    if len(set(names)) != len(names) or len(set(rationales)) != len(rationales):
+        raise ValueError(f"template {template}'s variants need distinct names and plan texts, got {names}")
+    return props
 
 
 __all__ = ["ANNOUNCEMENT", "Authored", "OfflineAuthor", "Proposal", "TEMPLATES"]
