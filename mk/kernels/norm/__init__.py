@@ -1,0 +1,40 @@
+"""RMSNorm and LayerNorm backward: dx row-wise, the weight (and bias) gradients reduced over rows.
+
+``reference.py`` is the plain-JAX forward and its VJP, ``tpu.py`` the Mosaic
+kernel (rows as an "arbitrary" grid axis, the weight gradient accumulated in
+VMEM), ``gpu.py`` the Triton kernel (per-block partials summed after),
+``config.py`` the typed tiling with its per-chip default and tuning space. The
+forward saves nothing: the backward recomputes the row statistics from x.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from mk.kernels.norm.config import Config, Shapes, default, space
+from mk.kernels.norm.gpu import norm_bwd_gpu
+from mk.kernels.norm.reference import layernorm, layernorm_bwd, rmsnorm, rmsnorm_bwd
+from mk.kernels.norm.tpu import norm_bwd_tpu
+from mk.targets import kernel_language
+
+_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+
+
+def norm_bwd(x: Any, w: Any | None, b: Any | None, g: Any, *, kind: str, eps: float, target: str,
+             config: Config | None = None, chip: str | None = None) -> tuple[Any, Any, Any]:
+    """(dx, dw, db) of RMSNorm (``kind="rms"``) or LayerNorm (``kind="layer"``) on ``target`` (tpu or gpu)."""
+    if target not in _CHIPS:
+        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    n = 1
+    for s in x.shape[:-1]:
+        n *= s
+    config = config or default(chip or _CHIPS[target], Shapes(n, x.shape[-1], jnp.dtype(x.dtype).itemsize))
+    config.check(target)
+    fn = norm_bwd_tpu if kernel_language(target) == "mosaic" else norm_bwd_gpu
+    return fn(x, w, b, g, kind=kind, eps=eps, **config.kwargs(target))
+
+
+__all__ = ["Config", "Shapes", "default", "layernorm", "layernorm_bwd", "norm_bwd", "norm_bwd_gpu", "norm_bwd_tpu",
+           "rmsnorm", "rmsnorm_bwd", "space"]
