@@ -1,0 +1,95 @@
+"""Typed tiling of the retention kernels: a frozen :class:`Config`, a per-chip default and the tuning space.
+
+Block sizes are requests, fitted by the kernels to the sequence length (TPU:
+the largest multiple of its tile dividing it; GPU: one power-of-two block for
+queries and keys, the length zero-padded), so every point runs at every size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from mk.hardware import get_spec
+from mk.targets import kernel_language
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """q/k (B, H, S, D), v (B, H, S, Dv)."""
+
+    b: int
+    h: int
+    s: int
+    d: int
+    dv: int
+    itemsize: int = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    """``block_q`` query rows and ``block_k`` key rows per step (GPU: one block, the smaller of the two);
+    ``num_warps``/``num_stages``: Triton's launch."""
+
+    block_q: int = 128
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_q", "block_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 8 or v > 4096:
+                raise ValueError(f"{name} must be an int in [8, 4096], got {v!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 5:
+            raise ValueError(f"num_stages must be an int in [1, 5], got {self.num_stages!r}")
+
+    def check(self, target: str) -> None:
+        """Raise ``ValueError`` when a block is not a legal request on ``target``."""
+        if kernel_language(target) == "mosaic" and (self.block_k % 128 or self.block_q % 8):
+            raise ValueError(f"TPU blocks: block_q a multiple of 8, block_k of 128, got {self}")
+        if kernel_language(target) == "triton" and any(b & (b - 1) or b < 16 for b in (self.block_q, self.block_k)):
+            raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
+
+    def kwargs(self, target: str) -> dict[str, Any]:
+        base = {"block_q": self.block_q, "block_k": self.block_k}
+        if kernel_language(target) == "mosaic":
+            return base
+        return {**base, "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+
+def default(chip: str, shapes: Shapes) -> Config:
+    """A tiling for ``chip`` (data/hardware.json). TPU: key blocks one or two MXU widths, query blocks as tall as
+    a quarter of 16 MiB (the smallest scoped VMEM default) allows for the (block_q, block_k) f32 scores, the q block and the accumulator;
+    GPU: 64-row blocks (32 when the head is wider than 128)."""
+    spec = get_spec(chip)
+    if spec.kind == "tpu":
+        mxu = spec.mxu_size or 128
+        bk = 2 * mxu if shapes.s % (2 * mxu) == 0 else 128
+        budget = min(spec.vmem_bytes or 16 << 20, 16 << 20) // 4
+        bq = 128
+        for cand in (256, 512):
+            work = cand * bk * 4 * 3 + 2 * cand * shapes.d * shapes.itemsize + cand * shapes.dv * 4
+            if shapes.s % cand == 0 and work <= budget:
+                bq = cand
+        return Config(block_q=bq, block_k=bk)
+    blk = 64 if max(shapes.d, shapes.dv) <= 128 else 32
+    return Config(block_q=blk, block_k=blk, num_warps=4)
+
+
+def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
+    """The tuning space over :class:`Config`'s fields, every point legal for ``target``."""
+    if kernel_language(target) == "mosaic":
+        out: dict[str, list[Any]] = {
+            "block_q": [b for b in (64, 128, 256, 512) if b <= max(64, shapes.s)][-3:],
+            "block_k": [b for b in (128, 256, 512) if b <= max(128, shapes.s)][-2:],
+        }
+    else:
+        out = {"block_q": [b for b in (16, 32, 64) if b <= max(16, shapes.s)],
+               "block_k": [64], "num_warps": [4, 8]}
+    for vals in itertools.product(*out.values()):
+        Config(**dict(zip(out, vals))).check(target)
+    return out
