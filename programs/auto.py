@@ -286,10 +286,31 @@ class Auto:
                 self.store.update_node(a.node_id, code=a.proposal.source, code_hash=code_hash)
         try:
             a.candidate = Candidate.from_source(a.proposal.source)
-        except CandidateError as exc:
+        except CandidateError as exc:  # no entry point, a malformed CONFIG_SPACE: the fixer is told, like a compile error
+            if self._fix(traj, str(exc), str(exc)):
+                return self.accept_code(traj, phase)
             return self._fail(traj, phase, "rejected", str(exc))
         a.next_phase = "validate"
         return PhaseResult(phase, a.proposal, True, a.proposal.name)
+
+    def _fix(self, traj: Trajectory, reason: str, error: str) -> bool:
+        """Ask the author to fix the attempt in flight (``error``: what the fixer reads; ``reason``: the verdict's
+        line, the lesson's key); True when it proposed a fix, now ``traj.attempt.proposal``. At most ``max_fixes``
+        per attempt."""
+        a = traj.attempt
+        if a.fixes >= self.max_fixes:
+            return False
+        a.fixes += 1
+        from mk.lessons import recall
+
+        ctx = self._ctx(traj)
+        ctx.lessons = recall(self.store, reason, kind="fix", target=self.target, exclude_run=traj.run_id)
+        fixed = self.author.fix(ctx, a.proposal, error)
+        if fixed is None:
+            return False
+        a.fixed_from = (reason, a.proposal.source)
+        a.proposal = fixed
+        return True
 
     def _judge(self, traj: Trajectory) -> Callable[..., EvalResult]:
         """The harness for the attempt in flight: pure-JAX rewrites are judged without requiring a pallas_call."""
@@ -315,22 +336,12 @@ class Auto:
                            after=a.proposal.source, run_id=traj.run_id, node_id=a.node_id)
                 a.fixed_from = None
             return PhaseResult("validate", res, True, "compiles and passes a first case")
-        # a static-check rejection (try/except, a denied import, module state) is fixed like a compile error
-        static = res.step("static")
-        rule = res.status == "rejected" and static is not None and static.ok is False
-        if (res.status == "compile_error" or rule) and a.fixes < self.max_fixes:
-            a.fixes += 1
-            from mk.lessons import recall
-
-            ctx = self._ctx(traj)
-            ctx.lessons = recall(self.store, res.reason, kind="fix", target=self.target, exclude_run=traj.run_id)
-            fixed = self.author.fix(ctx, a.proposal, res.reason)
-            if fixed is not None:
-                a.fixed_from = (res.reason, a.proposal.source)
-                a.proposal = fixed
-                out = self.accept_code(traj, "validate")
-                what = "static-check rejection" if rule else "compile error"
-                return PhaseResult("validate", res, False, f"{what}, fix {a.fixes} proposed: {res.reason}") if out.ok else out
+        # a rejection (the static check's try/except, denied import or module state; a forbidden operation at run
+        # time; a program without the required pallas_call) is fixed like a compile error: the judge judges the fix
+        if res.status in ("compile_error", "rejected") and self._fix(traj, res.reason, res.fix_text()):
+            out = self.accept_code(traj, "validate")
+            what = "rejection" if res.status == "rejected" else "compile error"
+            return PhaseResult("validate", res, False, f"{what}, fix {a.fixes} proposed: {res.reason}") if out.ok else out
         return self._fail(traj, "validate", res.status, res.reason, res)
 
     def _test(self, traj: Trajectory) -> PhaseResult:

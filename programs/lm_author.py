@@ -59,6 +59,7 @@ import dspy
 from mk.author.proposal import Proposal
 from mk.errors import AgentOutputError, BudgetExceeded, ConfigError, KnowledgeError, MkError
 from mk.harness.suite import DEFAULT_DISTRIBUTIONS, DEFAULT_SEEDS, Case
+from mk.harness.results import WHOLE_ERROR
 from mk.lm import agent_scope, node_scope
 from mk.profile import ProfileReport
 from mk.authors import Author
@@ -183,7 +184,7 @@ SKELETONS = {"tpu": TPU_SKELETON, "gpu": GPU_SKELETON}
 #: how much of one kernel's code a prompt shows (the best and the latest failing one each)
 KERNEL_CHARS = 8000
 #: the fixer's view of an error: its tail (where Python and JAX put the cause and the shapes)
-ERROR_CHARS = 4000
+ERROR_CHARS = 8000
 
 
 class Retriever(Protocol):
@@ -323,6 +324,13 @@ def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "..." + text[-(limit - 3):]
 
 
+def _ends(text: str, limit: int, head: int = 1500) -> str:
+    """``text`` within ``limit`` characters keeping both ends: the verdict's reason comes first, the innermost
+    frames of the traceback last."""
+    text = (text or "").strip()
+    return text if len(text) <= limit else text[:head] + "\n...\n" + text[-(limit - head - 5):]
+
+
 def _best(history: list[Any]) -> Any:
     correct = [s for s in history if s.correct]
     measured = [s for s in correct if s.speedup is not None]
@@ -378,7 +386,7 @@ _LINE_REF = re.compile(r"\bline (\d+)\b")
 def error_text(error: str, source: str, *, limit: int = ERROR_CHARS, context: int = 2) -> str:
     """The judge's error for the fixer: its tail (``limit`` characters) and the candidate's own lines it points
     at (``line N`` in the verdict: the static check's finding or the candidate's frame of the traceback)."""
-    text = _tail(error, limit)
+    text = _ends(error, limit)
     code = source.splitlines()
     refs = []
     for m in _LINE_REF.finditer(error):
@@ -659,7 +667,8 @@ class LMAuthor(Author):
         from mk.programs.test_synthesizer import input_spec
 
         attempts = self._fixes.setdefault((getattr(ctx, "iteration", 0), proposal.name), [])
-        passages = with_lessons(ctx, self._retrieve(error[-1500:], ctx.target), "Fixes that resolved similar errors in earlier runs")
+        query = error.split(WHOLE_ERROR)[0]  # the verdict's reason: the message, not the traceback's file lines
+        passages = with_lessons(ctx, self._retrieve(query[-1500:], ctx.target), "Fixes that resolved similar errors in earlier runs")
         plan = getattr(ctx, "plan", None)
         try:
             with node_scope(self._node(ctx)), agent_scope(self.fixer.agent), dspy.context(lm=self.draw_lm()):

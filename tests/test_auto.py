@@ -79,3 +79,47 @@ def test_auto_stops_at_iteration_limit():
     auto = Auto(ScriptedAuthor(), target="cpu", iterations=1, tune=False)
     traj = auto.run(_task())
     assert len(traj.snapshots) == 1 and "maximum of 1 iterations" in traj.stop_reason
+
+
+NO_ENTRY = "import jax.numpy as jnp\ndef kern(x):\n    return jnp.tanh(x) * 2.0\n"  # the entry point is misnamed
+NO_PALLAS = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"  # tpu requires a pallas_call
+PALLAS = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+
+def _body(x_ref, o_ref):
+    o_ref[...] = jnp.tanh(x_ref[...]) * 2.0
+
+
+def kernel(x):
+    return pl.pallas_call(_body, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+'''
+
+
+class OneShotAuthor(ScriptedAuthor):
+    """One plan; its fixer writes ``fixed``."""
+
+    def __init__(self, code, fixed):
+        super().__init__()
+        self.plans, self.fixed = [("one", code)], fixed
+
+    def fix(self, ctx, proposal, error):
+        self.fixes.append(error)
+        return Proposal(proposal.name, self.fixed, proposal.rationale + " (fixed)", "scripted")
+
+
+def test_a_candidate_without_its_entry_point_goes_to_the_fixer():
+    author = OneShotAuthor(NO_ENTRY, FIXED)
+    traj = Auto(author, target="cpu", iterations=1, tune=False).run(_task())
+    assert [s.status for s in traj.snapshots] == ["correct"] and len(author.fixes) == 1
+    assert "kernel" in author.fixes[0]
+
+
+def test_a_judge_rejection_after_the_static_check_goes_to_the_fixer():
+    """No pallas_call on tpu is rejected by the judge's program check, not the static check: the fixer is told."""
+    author = OneShotAuthor(NO_PALLAS, PALLAS)
+    traj = Auto(author, target="tpu", iterations=1, tune=False).run(_task())
+    assert len(author.fixes) == 1 and "pallas" in author.fixes[0].lower()
+    assert [s.status for s in traj.snapshots] == ["correct"], [s.summary() for s in traj.snapshots]

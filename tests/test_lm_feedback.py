@@ -125,10 +125,46 @@ def test_feedback_reaches_the_implementer_and_the_fixer_and_a_try_except_is_fixe
     assert "(fixed: weight has the hidden size" in best.rationale
 
 
-def test_fixer_error_text_keeps_the_tail_and_the_candidates_lines():
-    long = "TypeError: " + "x" * 9000 + " got shapes (4096, 300) and (300, 1024)"
+def test_fixer_error_text_keeps_both_ends_and_the_candidates_lines():
+    long = "candidate failed the tpu compile check: TypeError: " + "x" * 12000 + " got shapes (4096, 300) and (300, 1024)"
     text = error_text(long + " (candidate.py line 3: y = x @ w)", "import jax\n\ny = x @ w\n")
-    assert "(4096, 300) and (300, 1024)" in text and len(text) < 4200 and ">    3 | y = x @ w" in text
+    assert "(4096, 300) and (300, 1024)" in text and len(text) < 8200 and ">    3 | y = x @ w" in text
+    assert text.startswith("candidate failed the tpu compile check")
+
+
+MULTILINE = r"""
+import jax
+import jax.numpy as jnp
+
+
+def _check(x):
+    raise ValueError("block shape mismatch\n  operand 0: f32[8,100]\n  block: (8, 128) needs a multiple of 128 on the last axis\nsee the BlockSpec")
+
+
+def kernel(x):
+    _check(x)
+    return x
+"""
+
+
+def test_the_whole_multiline_error_and_the_candidates_frames_reach_the_fixer(tmp_path, monkeypatch):
+    """The verdict's reason is one line; the fixer gets the whole message (the middle line that explains it) and
+    the candidate's own traceback lines, innermost last."""
+    from mk.candidate import Candidate
+    from mk.harness.evaluate import evaluate
+    from mk.harness.results import WHOLE_ERROR
+    from mk.task import ArgSpec, Scale, Task
+
+    monkeypatch.setenv("MK_HOME", str(tmp_path))
+    task = Task("ident", lambda x: x * 2.0, (ArgSpec("x", (8, 100), "float32"),), {"ci": Scale("ci")})
+    res = evaluate(task, Candidate.from_source(MULTILINE), target="cpu", require_pallas=False, measure=False)
+    assert res.status == "compile_error" and "\n" not in res.reason
+    assert "block: (8, 128) needs a multiple of 128 on the last axis" in res.error
+    assert "candidate.py line 7, in _check" in res.error and "in kernel: _check(x)" in res.error
+    text = res.fix_text()
+    assert text.startswith(res.reason) and WHOLE_ERROR in text and "operand 0: f32[8,100]" in text
+    fixer = error_text(text, MULTILINE)
+    assert "needs a multiple of 128" in fixer and ">    7 |" in fixer
 
 
 def test_history_and_kernels_text():

@@ -67,9 +67,9 @@ def static_step(candidate: Candidate, task: Task, target: str, require_pallas: b
 class _Verdict(Exception):
     """Raised inside the pipeline to end it with a verdict."""
 
-    def __init__(self, status: str, reason: str):
+    def __init__(self, status: str, reason: str, error: str = ""):
         super().__init__(reason)
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.error = status, reason, error
 
 
 @dataclass
@@ -174,7 +174,7 @@ def evaluate(
                timing or TimingOptions(), memory_mb)
     run.scales = tuple(suite.scales) + tuple(f.name for f in fresh)
     run.env, run.iso, run.tracer, run.runner = children
-    status, reason = "correct", ""
+    status, reason, error = "correct", "", ""
     timing_res: TimingResult | None = None
     cost_res: CostResult | None = None
     try:
@@ -192,7 +192,7 @@ def evaluate(
                      f", one of them at a fresh size {sizes[0]})" if sizes else ")"))
         timing_res, cost_res = _time_and_cost(run)
     except _Verdict as v:
-        status, reason = v.status, v.reason
+        status, reason, error = v.status, v.reason, v.error
     except ChildFailed as exc:
         status, reason = _child_verdict(run, exc)
     except MkError:
@@ -210,7 +210,7 @@ def evaluate(
                               seconds=run.seconds.get("timing", 0.0), detail=_timing_detail(timing_res)),
                    StepResult(name="cost", ok=(cost_res is not None and cost_res.candidate_flops is not None) or None,
                               detail=cost_res.note if cost_res else _no_cost(run)))
-    return EvalResult(status=status, reason=_one_line(reason), steps=steps, cases=run.cases, timing=timing_res, cost=cost_res,
+    return EvalResult(status=status, reason=_one_line(reason), error=error, steps=steps, cases=run.cases, timing=timing_res, cost=cost_res,
                       flags=run.flags, isolation=run.isolation, verified_by=run.verified_by if status == "correct" else "",
                       failed_case=run.failed_case if status != "correct" else "",
                       seconds=time.perf_counter() - started, **base)
@@ -301,7 +301,7 @@ def _trace(run: _Run) -> None:
         if OUTSIDE in text or marker is not None:  # outside_envelope is decided before the trace, from the declaration
             note = (" (the candidate's error claims a refusal or a limit of this machine; the judge found neither: no "
                     "declared envelope excludes these inputs, and the words came from the candidate, so it is judged as a failure)")
-        raise _Verdict("compile_error", f"candidate {what}{at}: {text}{where}{note}")
+        raise _Verdict("compile_error", f"candidate {what}{at}: {text}{where}{note}", _whole_error(reply))
     scales = reply.get("scales")
     if not isinstance(scales, dict) or set(scales) != set(run.scales):
         raise _Verdict("crashed", "the tracer's reply does not cover the suite's scales")
@@ -803,6 +803,17 @@ def _timing_detail(t: TimingResult) -> str:
     if not t.measured:
         return t.reason
     return f"speedup {t.speedup:.3g}x (candidate {t.candidate_median_s:.3g} s, reference {t.reference_median_s:.3g} s, {t.runs} runs)"
+
+
+def _whole_error(reply: Mapping[str, Any]) -> str:
+    """The tracer's whole error for an author's fixer: the message in full (the shape that explains a lowering
+    error is often past its first line) and the candidate's own lines of the traceback, innermost last. The text is
+    the candidate's process's claim: it goes to the author only, never into a verdict."""
+    full = str(reply.get("error", "unknown error")).strip()
+    frames = [str(f) for f in reply.get("frames") or [] if isinstance(f, str)][-12:]
+    where = "\n\nThe candidate's own lines in the traceback (innermost last):\n" + "\n".join(frames) if frames else ""
+    at = f" (phase {reply.get('phase', 'compile')}, scale {reply['scale']})" if reply.get("scale") else ""
+    return (full[:6000] + where)[:8000] + at
 
 
 def _last_line(text: str) -> str:

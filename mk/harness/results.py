@@ -80,11 +80,18 @@ class CostResult(BaseModel):
     note: str = ""
 
 
+#: what separates a verdict's reason from the whole error in :meth:`EvalResult.fix_text`
+WHOLE_ERROR = "\n\nThe whole error:"
+
+
 class EvalResult(BaseModel):
     """The judge's verdict on one candidate for one task and target."""
 
     status: Status
     reason: str
+    #: for an author's fixer: the whole error behind a ``compile_error`` (the full message and the candidate's own
+    #: traceback lines); the candidate's process's words, never part of the verdict. "" when there is none.
+    error: str = ""
     task: str
     target: str
     scales: list[str] = Field(default_factory=list)
@@ -110,6 +117,12 @@ class EvalResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status == "correct"
+
+    def fix_text(self) -> str:
+        """What an author's fixer is sent: the verdict's reason, then the whole error behind it when there is one."""
+        if not self.error or self.error.strip() in self.reason:
+            return self.reason
+        return f"{self.reason}{WHOLE_ERROR}\n{self.error}"
 
     @property
     def speedup(self) -> float | None:

@@ -304,8 +304,9 @@ def _failure(phase: str, exc: BaseException, denied: tuple[str, ...], scale: str
     text = f"{type(exc).__name__}: {exc}".strip()
     # who raised it: the candidate's own code (its words prove nothing about the machine) or JAX/jaxlib
     origin = "candidate" if not stack or stack[-1].filename.endswith(CANDIDATE_FILE) else "library"
-    return {"phase": phase, "scale": scale, "error": text[:4000], "error_type": type(exc).__name__, "where": where,
-            "origin": origin}
+    own = [f"candidate.py line {f.lineno}, in {f.name}: {(f.line or '').strip()}" for f in frames]
+    return {"phase": phase, "scale": scale, "error": text[:6000], "error_type": type(exc).__name__, "where": where,
+            "origin": origin, "frames": own[-12:]}
 
 
 def main(argv: list[str] | None = None) -> int:
