@@ -46,27 +46,33 @@ def _check(task, source, target="tpu", configs=({},)):
 @pytest.mark.parametrize("spec,gqa", CAUSAL_TASKS)
 def test_causal_attention_matches_and_lowers(spec, gqa):
     task = _ci(spec)
-    prop = next(p for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "attention")
-    assert "CAUSAL = True" in prop.source and ("GQA" in prop.rationale) == gqa
-    _check(task, prop.source)
+    props = [p for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "attention"]
+    assert [p.name for p in props] == ["flash-attention-tpu", "flash-attention-tpu-resident"]
+    for prop in props:  # both block schedules
+        assert "CAUSAL = True" in prop.source and ("GQA" in prop.rationale) == gqa
+        _check(task, prop.source)
 
 
 @pytest.mark.parametrize("spec,gqa", CAUSAL_TASKS)
 def test_gpu_causal_attention_matches_and_lowers(spec, gqa):
     task = _ci(spec)
-    prop = next(p for p in OfflineAuthor().propose(task, "gpu").proposals if p.template == "attention")
-    assert prop.name == "flash-attention-gpu" and "pltriton.CompilerParams" in prop.source and "scratch_shapes" not in prop.source
-    assert "CAUSAL = True" in prop.source and ("GQA" in prop.rationale) == gqa
-    space = _load(prop.source)["CONFIG_SPACE"]
-    assert set(space) >= {"block_q", "block_k"} and all(b & (b - 1) == 0 and b >= 16 for b in space["block_q"] + space["block_k"])
-    # the default, and several key blocks per query block with the diagonal crossing blocks unevenly
-    _check(task, prop.source, "gpu", ({}, {"block_q": 32, "block_k": 64, "num_warps": 8}, {"block_q": 64, "block_k": 16}))
+    props = [p for p in OfflineAuthor().propose(task, "gpu").proposals if p.template == "attention"]
+    assert [p.name for p in props] == ["flash-attention-gpu", "flash-attention-gpu-resident"]
+    assert len({p.rationale for p in props}) == 2 and "two passes" in props[1].rationale
+    for prop in props:  # both block schedules
+        assert "pltriton.CompilerParams" in prop.source and "scratch_shapes" not in prop.source
+        assert "CAUSAL = True" in prop.source and ("GQA" in prop.rationale) == gqa
+        space = _load(prop.source)["CONFIG_SPACE"]
+        assert set(space) >= {"block_q", "block_k"} and all(b & (b - 1) == 0 and b >= 16 for b in space["block_q"] + space["block_k"])
+        # the default, and several key blocks per query block with the diagonal crossing blocks unevenly
+        _check(task, prop.source, "gpu", ({}, {"block_q": 32, "block_k": 64, "num_warps": 8}, {"block_q": 64, "block_k": 16}))
 
 
-def test_gpu_causal_skips_key_blocks_past_the_diagonal():
+@pytest.mark.parametrize("variant", [0, 1])
+def test_gpu_causal_skips_key_blocks_past_the_diagonal(variant):
     """NaN keys/values past the first half must not reach queries of the first half: those blocks are never loaded."""
     task = _ci(str(EXAMPLES / "attention.py"))
-    ns = _load(attention.propose(task, trace_scales(task), "gpu").source)
+    ns = _load(attention.propose(task, trace_scales(task), "gpu")[variant].source)
     xs = [np.asarray(x) for x in task.make_inputs("ci", 5, "normal")]
     clean = _run(task, ns, "gpu", xs, block_q=32, block_k=64)
     half = xs[0].shape[2] // 2
@@ -94,9 +100,9 @@ def test_non_causal_other_layout(target):
     task = _plain_task()
     pat = attention.recognise(__import__("mk.author.ir", fromlist=["from_jaxpr"]).from_jaxpr(trace_scales(task)[0].jaxpr))
     assert pat.layout == (0, 2, 1, 3) and pat.scale == 0.25 and pat.group == 1
-    prop = attention.propose(task, trace_scales(task), target)
-    assert "CAUSAL = False" in prop.source and "scale = 0.25" in prop.source
-    _check(task, prop.source, target, ({},) if target == "tpu" else ({}, {"block_q": 32, "block_k": 128}))
+    for prop in attention.propose(task, trace_scales(task), target):
+        assert "CAUSAL = False" in prop.source and "scale = 0.25" in prop.source
+        _check(task, prop.source, target, ({},) if target == "tpu" else ({}, {"block_q": 32, "block_k": 128}))
 
 
 @pytest.mark.parametrize("S,D", [(256, 48), (200, 64), (48, 64)])
@@ -104,9 +110,9 @@ def test_gpu_pads_shapes_triton_cannot_block(S, D):
     """Triton needs power-of-two blocks: a head_dim or a sequence no power of two >= 16 divides is zero-padded
     (padded keys masked) rather than declined, and the result still matches."""
     task = _plain_task(S=S, D=D)
-    prop = attention.propose(task, trace_scales(task), "gpu")
+    prop = attention.propose(task, trace_scales(task), "gpu")[0]
     _check(task, prop.source, "gpu", ({}, {"block_q": 32, "block_k": 16}))
-    assert attention.propose(task, trace_scales(task), "tpu").template == "attention"
+    assert attention.propose(task, trace_scales(task), "tpu")[0].template == "attention"
 
 
 def test_declines_without_a_softmax_between_two_products():
@@ -146,7 +152,7 @@ def test_declines_scores_that_are_not_plain_causal_or_full(target):
         assert "neither full nor causal" in reason and "does not implement" in reason
     # the same construction with a plain causal mask is still proposed
     causal = _masked_task("causal", lambda i, j: j <= i)
-    assert "CAUSAL = True" in attention.propose(causal, trace_scales(causal), target).source
+    assert "CAUSAL = True" in attention.propose(causal, trace_scales(causal), target)[0].source
 
 
 def test_bf16_scores_are_rounded_as_the_reference_rounds_them():
@@ -155,4 +161,4 @@ def test_bf16_scores_are_rounded_as_the_reference_rounds_them():
     prop = next(p for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "attention")
     assert "CAUSAL = True" in prop.source and "SCORE_DTYPE = jnp.bfloat16" in prop.source and "GQA" in prop.rationale
     _check(task, prop.source)
-    assert "SCORE_DTYPE = None" in attention.propose(_plain_task(), trace_scales(_plain_task()), "tpu").source
+    assert "SCORE_DTYPE = None" in attention.propose(_plain_task(), trace_scales(_plain_task()), "tpu")[0].source

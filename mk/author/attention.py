@@ -11,14 +11,16 @@ float32 copy of a random case: it must match full or causal softmax attention
 additive score bias, a sliding-window / block-sparse / padding mask, a soft
 cap). When the reference's scores are 16-bit (bf16 einsum), the kernel rounds
 its f32 score tiles to that dtype as the reference does (SCORE_DTYPE): with
-large unscaled scores (q pre-scaled, as in 4p) that rounding dominates. The kernel
-(Pallas TPU) walks key blocks on the grid's last axis with a running max and
-sum in VMEM and skips key blocks entirely above the diagonal when causal. The
-GPU kernel (Pallas Triton, which has no scratch memory) runs one program per
-(batch*head, query block) and loops over key blocks with ``lax.fori_loop``,
-carrying the running max/sum and f32 accumulator; when causal the loop stops at
-the diagonal and only the blocks it crosses are masked. Triton needs power-of-two
-blocks, so head_dim must be a power of two >= 16 and the sequences divisible by 16.
+large unscaled scores (q pre-scaled, as in 4p) that rounding dominates.
+
+The kernels are mk/kernels/flash_attention, copied into the written file; the
+template proposes two block schedules per target (variants with their own
+names and plans): TPU key blocks as an "arbitrary" grid axis with VMEM scratch
+accumulators (causal: blocks above the diagonal skipped, not fetched), or the
+head's whole key/value sequence resident in VMEM with the key loop in the
+kernel; GPU (Triton) a one-pass online softmax, or two passes (row statistics,
+then normalised probabilities times v). :func:`render` is shared with the
+score-bias recogniser (:mod:`mk.author.flex`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from mk.author.emit import Unsupported
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
+from mk.author.emit import family_section, file_head
 from mk.author.probe import arg_names, probes_for, signature
+from mk.kernels.flash_attention import SCHEDULES, Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
 from mk.targets import kernel_language
 
@@ -128,11 +132,14 @@ def recognise(prog: Program) -> AttentionPattern:
     return AttentionPattern(q.arg, k.arg, v.arg, roles, tuple(d2_roles[i] for i in operm), scale, H // kh)
 
 
-def _intended(xs: list[np.ndarray], pat: AttentionPattern, causal: bool) -> np.ndarray:
-    """What the kernel computes (float64, on host): softmax(q k^T * scale [+ causal mask]) v in the task's layouts."""
+def _intended(xs: list[np.ndarray], pat: AttentionPattern, causal: bool, bias: np.ndarray | None = None) -> np.ndarray:
+    """What the kernel computes (float64, on host): softmax(q k^T * scale [+ bias] [+ causal mask]) v in the task's
+    layouts; ``bias`` in (batch, head, query, key), broadcastable."""
     q, k, v = (np.transpose(np.asarray(xs[i], np.float64), pat.layout) for i in (pat.q, pat.k, pat.v))
     k, v = np.repeat(k, pat.group, axis=1), np.repeat(v, pat.group, axis=1)
     s = np.einsum("bhqd,bhkd->bhqk", q, k) * pat.scale
+    if bias is not None:
+        s = s + np.asarray(bias, np.float64)
     if causal:
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -140,7 +147,7 @@ def _intended(xs: list[np.ndarray], pat: AttentionPattern, causal: bool) -> np.n
     return np.transpose(np.einsum("bhqk,bhkd->bhqd", p, v), pat.out_layout)
 
 
-def _causal(task: Task, scale_name: str, pat: AttentionPattern) -> bool:
+def _causal(task: Task, scale_name: str, pat: AttentionPattern, bias_of=None, what: str = "softmax attention") -> bool:
     """Probe the reference on a float32 copy of a random case: True when it is causal attention, False when full.
 
     The reference must match one of the kernel's two semantics (full or causal softmax attention with the
@@ -156,15 +163,16 @@ def _causal(task: Task, scale_name: str, pat: AttentionPattern) -> bool:
         raise Unsupported(f"could not probe the reference's mask on float32 inputs ({type(e).__name__}: {e})") from e
     bound = 2e-3 * float(np.abs(ref).max()) + 1e-5
     errs = {}
+    bias = None if bias_of is None else bias_of(xs)
     for causal in (True, False):
-        want = _intended(xs, pat, causal)
+        want = _intended(xs, pat, causal, bias)
         if want.shape != ref.shape:
             raise Unsupported(f"the reference's output {ref.shape} is not the attention output {want.shape}")
         errs[causal] = float(np.abs(want - ref).max())
         if errs[causal] <= bound:
             return causal
     raise Unsupported(
-        "the reference is neither full nor causal softmax attention with scale "
+        f"the reference is neither full nor causal {what} with scale "
         f"{pat.scale:g}: on a probe input it differs from both by {min(errs.values()):.3g} (bound {bound:.3g}); "
         "its scores carry something else (an additive bias, a sliding-window, block-sparse or padding mask, a soft cap) "
         "that the flash-attention template does not implement")
@@ -186,24 +194,7 @@ def _score_dtype(dtype) -> str:
     return f"jnp.{name}" if name in ("bfloat16", "float16") else "None"
 
 
-#: Triton block options: powers of two (Triton needs them) and >= 16 (its smallest dot)
-_GPU_BLOCKS = (16, 32, 64, 128)
-_TPU_BLOCKS = (128, 256, 512)
-
-
-def _pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-def _gpu_space(t: Traced, pat: AttentionPattern) -> list[int]:
-    """Power-of-two block sizes (Triton's rule, >= 16 for its dot) up to the authoring sequence; the kernel fits
-    each to the sequence it is called with, zero-padding a sequence no power of two >= 16 divides."""
-    n = t.shapes[pat.q][pat.layout[2]]
-    opts = [b for b in _GPU_BLOCKS if b <= max(n, _GPU_BLOCKS[0])]
-    return opts[-3:]
-
-
-def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
+def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     if not kernel_language(target):
         raise Unsupported(f"the flash-attention template writes Pallas TPU and GPU (Triton) kernels, not {target!r}")
     t0 = traced[0]
@@ -220,29 +211,34 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     score_dtype = _score_dtype(_scores_dtype(prog, prog.ops[dots[0]]))
     probes = probes_for(task, traced)
     scale_expr = _scale_expr(probes, pat, prog.ops[dots[0]].out.dtype)
-    names = arg_names(task)
     kind = f"{'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale {scale_expr}"
-    used = probes.used(scale_expr)
-    if kernel_language(target) == "triton":
-        opts = _gpu_space(t0, pat)
-        space = {"block_q": opts, "block_k": opts, "num_warps": [4, 8]}
-        return Proposal(
-            name="flash-attention-gpu",
-            source=_render_gpu(task, names, used, pat, causal, scale_expr, space, score_dtype),
-            rationale=f"flash attention ({kind}), Pallas Triton: one program per (batch*head, query block) loops over "
-            "key blocks with an online softmax in registers (f32 accumulator)"
-            + ("; the loop stops at the diagonal and only diagonal blocks are masked" if causal else ""),
-            template="attention",
-        )
-    space = {"block_q": list(_TPU_BLOCKS), "block_k": list(_TPU_BLOCKS)}
-    sublanes = 8 * max(1, 4 // min(np_dtype(task.args[i].dtype).itemsize for i in (pat.q, pat.k, pat.v)))
-    return Proposal(
-        name="flash-attention-tpu",
-        source=_render(task, names, used, pat, causal, scale_expr, space, score_dtype, sublanes),
-        rationale=f"flash attention ({kind}): online softmax over key blocks, scores never leave VMEM"
-        + ("; key blocks above the diagonal skipped" if causal else ""),
-        template="attention",
-    )
+    return [Proposal(name=f"flash-attention-{target}" + ("" if schedule == "online" else f"-{schedule}"),
+                     source=render(task, t0, pat, probes, target, schedule, causal=causal, scale_expr=scale_expr,
+                                   score_dtype=score_dtype),
+                     rationale=f"flash attention ({kind}), {plan(target, schedule, causal)}", template="attention")
+            for schedule in SCHEDULES]
+
+
+#: (target language, schedule) -> the plan text of that block schedule
+_PLANS = {
+    ("mosaic", "online"): "Pallas TPU: key blocks as the grid's last ('arbitrary') axis with the running max, sum "
+                          "and f32 accumulator in VMEM scratch; scores never leave VMEM",
+    ("mosaic", "resident"): "Pallas TPU: one grid step per query block holds its head's whole key/value sequence "
+                            "in VMEM and walks key blocks in a fori_loop carrying max, sum and accumulator",
+    ("triton", "online"): "Pallas Triton: one program per (batch*head, query block) loops over key blocks with an "
+                          "online softmax in registers (f32 accumulator)",
+    ("triton", "resident"): "Pallas Triton: one program per (batch*head, query block) makes two passes over the "
+                            "key blocks, row max and sum first, then the normalised probabilities times v",
+}
+
+
+def plan(target: str, schedule: str, causal: bool) -> str:
+    """The plan text of one block schedule on ``target``."""
+    text = _PLANS[(kernel_language(target), schedule)]
+    if causal:
+        text += ("; key blocks above the diagonal skipped" if (kernel_language(target), schedule) == ("mosaic", "online")
+                 else "; the loop stops at the diagonal and only diagonal blocks are masked")
+    return text
 
 
 def _scale_expr(probes, pat: AttentionPattern, score_dtype) -> str:
@@ -281,210 +277,62 @@ def _vars(used: list) -> list[str]:
     return [f"    {v.name} = {v.source}" for v in used if v.name != v.source]
 
 
-def _render(task: Task, names: list[str], used: list, pat: AttentionPattern, causal: bool, scale_expr: str,
-            space: dict[str, list[int]], score_dtype: str, sublanes: int) -> str:
-    var_lines = "\n".join(_vars(used))
-    return f'''"""mk offline author: flash attention for {task.name} (target tpu, {'causal' if causal else 'non-causal'}).
-
-Online softmax over key blocks; running max/sum and the output accumulator stay in VMEM. Sizes are read from the
-arguments at trace time; block sizes are requests, fitted to the sequences the kernel is called with.
-"""
-import functools
-
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
-
-CONFIG_SPACE = {space!r}
-CAUSAL = {causal}
-SCORE_DTYPE = {score_dtype}
-#: rows per sublane tile of the inputs' dtype (8 for 32-bit, 16 for 16-bit)
-SUBLANES = {sublanes}
-_MASKED = -1e30
 
 
-def _block(n, want):
-    """The largest multiple of SUBLANES that divides n and is at most want; n itself (one block spanning the axis,
-    always a legal block shape) when there is none."""
-    for b in range(min(want, n) // SUBLANES * SUBLANES, 0, -SUBLANES):
-        if n % b == 0:
-            return b
-    return n
+_FAMILY_NAMES = {"flash_attention_tpu", "flash_attention_tpu_loop", "flash_attention_gpu",
+                 "flash_attention_gpu_two_pass", "_block", "_sublanes", "_scores", "_fit", "_bias_spec",
+                 "_grid_kernel", "_loop_kernel", "_tile_scores", "_score_fn", "_ranges", "_one_pass_kernel",
+                 "_two_pass_kernel", "_call", "_MASKED", "CAUSAL", "SCORE_DTYPE", "scale", "bias", "out"}
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, scale, block_q, block_k, nk):
-    qi, ki = pl.program_id(2), pl.program_id(3)
-
-    @pl.when(ki == 0)
-    def _init():
-        m_ref[...] = jnp.full(m_ref.shape, _MASKED, jnp.float32)
-        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
-        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
-
-    def _step():
-        q = q_ref[0, 0]
-        k = k_ref[0, 0]
-        v = v_ref[0, 0]
-        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-        # the reference rounds its scores to SCORE_DTYPE (when set): mirror it so large scores agree
-        s = s * scale if SCORE_DTYPE is None else (s.astype(SCORE_DTYPE) * scale).astype(jnp.float32)
-        if CAUSAL:
-            rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
-            cols = ki * block_k + lax.broadcasted_iota(jnp.int32, s.shape, 1)
-            s = jnp.where(cols <= rows, s, _MASKED)
-        m_prev = m_ref[...]
-        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-        alpha = jnp.exp(m_prev - m_new)
-        p = jnp.exp(s - m_new)
-        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-        acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(
-            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-        m_ref[...] = m_new
-
-    if CAUSAL:
-        pl.when(ki * block_k <= qi * block_q + block_q - 1)(_step)
-    else:
-        _step()
-
-    @pl.when(ki == nk - 1)
-    def _done():
-        o_ref[0, 0] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
-
-
-def kernel({signature(task, f"block_q={space['block_q'][-1]}, block_k={space['block_k'][-1]}")}):
-    ins = {_tuple(names)}
-{var_lines + chr(10) if var_lines else ""}    scale = {scale_expr}
-    {_to_bhsd(pat)}
-    batch, heads, seq, head_dim = q.shape
-    kv_heads, kv_seq = k.shape[1], k.shape[2]
-    group = heads // kv_heads
-    block_q = _block(seq, block_q)
-    block_k = _block(kv_seq, block_k)
-    nk = kv_seq // block_k
-    out = pl.pallas_call(
-        functools.partial(_kernel, scale=scale, block_q=block_q, block_k=block_k, nk=nk),
-        grid=(batch, heads, seq // block_q, nk),
-        in_specs=[
-            pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
-            pl.BlockSpec((1, 1, block_k, head_dim), lambda b, h, i, j: (b, h // group, j, 0)),
-            pl.BlockSpec((1, 1, block_k, head_dim), lambda b, h, i, j: (b, h // group, j, 0)),
-        ],
-        out_specs=pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
-        scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
-                        pltpu.VMEM((block_q, head_dim), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
-    )(q, k, v)
-    return {_from_bhsd(pat, "out")}
-'''
+def render(task: Task, t0: Traced, pat: AttentionPattern, probes, target: str, schedule: str, *, causal: bool,
+           scale_expr: str, score_dtype: str, bias: tuple[int, list[str]] | None = None, what: str = "flash attention"
+           ) -> str:
+    """A standalone kernel file: mk/kernels/flash_attention/<target>.py copied unchanged, then ``kernel`` putting
+    the task's inputs in (batch, head, seq, head_dim) and calling the ``schedule``'s kernel. ``bias``: (input
+    index, source lines turning ``bias`` (that input) into a rank-4 score bias in (batch, head, query, key))."""
+    names = arg_names(task)
+    clash = set(names) & _FAMILY_NAMES
+    if clash:
+        raise Unsupported(f"an input is named like a function of the kernel module: {sorted(clash)}")
+    gpu = kernel_language(target) == "triton"
+    shape = t0.shapes[pat.q]
+    kv_shape = t0.shapes[pat.k]
+    itemsize = min(np_dtype(task.args[i].dtype).itemsize for i in (pat.q, pat.k, pat.v))
+    shapes = Shapes(shape[pat.layout[0]], shape[pat.layout[1]], shape[pat.layout[2]], kv_shape[pat.layout[2]],
+                    shape[pat.layout[3]], itemsize)
+    tuning = space(target, shapes)
+    config = default(CHIPS[target], shapes).kwargs(target)
+    fn = SCHEDULES[schedule][1 if gpu else 0].__name__
+    bias_lines = bias[1] if bias else []
+    used = probes.used(scale_expr, *bias_lines)
+    var_lines = _vars(used)
+    cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
+    cfg_call = ", ".join(f"{k}={k}" for k in config)
+    text = (f"{what} ({'causal' if causal else 'non-causal'}): {plan(target, schedule, causal)}. The kernel is "
+            f"mk/kernels/flash_attention/{target}.py, copied below unchanged. Sizes are read from the arguments at "
+            "trace time; block sizes are requests, fitted to the sequences the kernel is called with.")
+    lines = [
+        *file_head(f"mk offline author: {what} for {task.name} (target {target}).", text, gpu=gpu, space=tuning),
+        "",
+        *family_section("flash_attention", target, gpu_kernel if gpu else tpu_kernel),
+        "",
+        f"CAUSAL = {causal}",
+        f"SCORE_DTYPE = {score_dtype}",
+        "",
+        "",
+        f"def kernel({signature(task, cfg_sig)}):",
+        f"    ins = {_tuple(names)}",
+        *var_lines,
+        f"    scale = {scale_expr}",
+        f"    {_to_bhsd(pat)}",
+    ]
+    if bias:
+        lines += [f"    bias = ins[{bias[0]}]", *(f"    {l}" for l in bias_lines)]
+    lines += [f"    out = {fn}(q, k, v, {'bias' if bias else 'None'}, scale=scale, causal=CAUSAL, "
+              f"score_dtype=SCORE_DTYPE, {cfg_call})",
+              f"    return {_from_bhsd(pat, 'out')}", ""]
+    return "\n".join(lines)
 
 
-def _render_gpu(task: Task, names: list[str], used: list, pat: AttentionPattern, causal: bool, scale_expr: str,
-                space: dict[str, list[int]], score_dtype: str) -> str:
-    block_k = 64 if 64 in space["block_k"] else space["block_k"][-1]
-    var_lines = "\n".join(_vars(used))
-    return f'''"""mk offline author: flash attention for {task.name} (target gpu, Pallas Triton, {'causal' if causal else 'non-causal'}).
-
-One program per (batch*head, query block); it loops over key blocks with lax.fori_loop, keeping the running
-max, running sum and f32 accumulator in registers. Block sizes are powers of two (Triton needs them), fitted at
-trace time to the sizes the kernel is called with: a head_dim that is no power of two is zero-padded (zero
-columns change no score and are sliced off), a sequence no power-of-two block >= 16 divides is zero-padded to
-a multiple of the block and the padded keys are masked.
-"""
-import functools
-
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
-
-CONFIG_SPACE = {space!r}
-CAUSAL = {causal}
-SCORE_DTYPE = {score_dtype}
-NUM_STAGES = 2
-_MASKED = -1e30
-
-
-def _block(n, want):
-    """(block, padded n): the largest power of two >= 16 and at most want dividing n; when none does, a power of
-    two block (at most want) with n padded to a multiple of it."""
-    b = 1 << (want.bit_length() - 1)
-    while b >= 16:
-        if n % b == 0:
-            return b, n
-        b //= 2
-    b = max(16, min(1 << (want.bit_length() - 1), 1 << (n - 1).bit_length()))
-    return b, -(-n // b) * b
-
-
-def _kernel(q_ref, k_ref, v_ref, o_ref, *, scale, block_q, block_k, nk, kv_len):
-    qi = pl.program_id(1)
-    q = q_ref[...]
-
-    def step(j, carry, masked):
-        m, l, acc = carry
-        start = pl.multiple_of(j * block_k, block_k)
-        k = k_ref[pl.ds(start, block_k), :]
-        v = v_ref[pl.ds(start, block_k), :]
-        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-        # the reference rounds its scores to SCORE_DTYPE (when set): mirror it so large scores agree
-        s = s * scale if SCORE_DTYPE is None else (s.astype(SCORE_DTYPE) * scale).astype(jnp.float32)
-        if masked:
-            rows = qi * block_q + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
-            cols = start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
-            s = jnp.where((cols <= rows) if CAUSAL else (cols < kv_len), s, _MASKED)
-        m_new = jnp.maximum(m, jnp.max(s, axis=1))
-        alpha = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new[:, None])
-        l = alpha * l + jnp.sum(p, axis=1)
-        acc = alpha[:, None] * acc + lax.dot_general(
-            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-        return m_new, l, acc
-
-    carry = (jnp.full((block_q,), _MASKED, jnp.float32), jnp.zeros((block_q,), jnp.float32),
-             jnp.zeros((block_q, q.shape[1]), jnp.float32))
-    if CAUSAL:
-        # key blocks wholly at or below the diagonal need no mask; blocks past the diagonal are never loaded
-        # (padded keys lie past every real query's diagonal)
-        n_full = jnp.minimum((qi * block_q + 1) // block_k, nk)
-        n_end = jnp.minimum(((qi + 1) * block_q + block_k - 1) // block_k, nk)
-        carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
-        carry = lax.fori_loop(n_full, n_end, functools.partial(step, masked=True), carry)
-    else:
-        # blocks holding padded keys (past kv_len) are masked
-        n_full = kv_len // block_k
-        carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
-        carry = lax.fori_loop(n_full, nk, functools.partial(step, masked=True), carry)
-    _, l, acc = carry
-    o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
-
-
-def kernel({signature(task, f"block_q={space['block_q'][-1]}, block_k={block_k}, num_warps=4")}):
-    ins = {_tuple(names)}
-{var_lines + chr(10) if var_lines else ""}    scale = {scale_expr}
-    {_to_bhsd(pat)}
-    batch, heads, seq, head_dim = q.shape
-    kv_heads, kv_seq = k.shape[1], k.shape[2]
-    group = heads // kv_heads
-    block_q, q_pad = _block(seq, block_q)
-    block_k, kv_pad = _block(kv_seq, block_k)
-    d_pad = max(16, 1 << (head_dim - 1).bit_length())
-    q = jnp.pad(q, ((0, 0), (0, 0), (0, q_pad - seq), (0, d_pad - head_dim)))
-    k, v = (jnp.pad(t, ((0, 0), (0, 0), (0, kv_pad - kv_seq), (0, d_pad - head_dim))) for t in (k, v))
-    out = pl.pallas_call(
-        functools.partial(_kernel, scale=scale, block_q=block_q, block_k=block_k, nk=kv_pad // block_k, kv_len=kv_seq),
-        grid=(batch * heads, q_pad // block_q),
-        in_specs=[
-            pl.BlockSpec((None, None, block_q, d_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
-            pl.BlockSpec((None, None, kv_pad, d_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
-            pl.BlockSpec((None, None, kv_pad, d_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
-        ],
-        out_specs=pl.BlockSpec((None, None, block_q, d_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
-        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=NUM_STAGES),
-    )(q, k, v)
-    return {_from_bhsd(pat, "out[:, :, :seq, :head_dim]")}
-'''
+CHIPS = {"tpu": "v6e", "gpu": "h200"}

@@ -1,0 +1,95 @@
+"""Typed tiling of the flash-attention kernels: a frozen :class:`Config`, a per-chip default and the tuning space.
+
+Block sizes are requests, fitted by the kernels to the sizes they are called
+with (TPU: the largest multiple of its tile dividing the sequence; GPU: a power
+of two, the sequence zero-padded), so every point of the space runs at every size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from mk.hardware import get_spec
+from mk.targets import kernel_language
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """q (B, H, Sq, D), k/v (B, Hkv, Sk, D)."""
+
+    batch: int
+    heads: int
+    seq: int
+    kv_seq: int
+    head_dim: int
+    itemsize: int = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    """``block_q`` query rows and ``block_k`` keys per step; ``num_warps``/``num_stages``: Triton's launch."""
+
+    block_q: int = 128
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_q", "block_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 8 or v > 8192:
+                raise ValueError(f"{name} must be an int in [8, 8192], got {v!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 5:
+            raise ValueError(f"num_stages must be an int in [1, 5], got {self.num_stages!r}")
+
+    def check(self, target: str) -> None:
+        if kernel_language(target) == "mosaic" and (self.block_q % 8 or self.block_k % 128):
+            raise ValueError(f"TPU blocks: block_q a multiple of 8, block_k of 128, got {self}")
+        if kernel_language(target) == "triton" and any(b & (b - 1) or b < 16 for b in (self.block_q, self.block_k)):
+            raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
+
+    def kwargs(self, target: str) -> dict[str, Any]:
+        if kernel_language(target) == "mosaic":
+            return {"block_q": self.block_q, "block_k": self.block_k}
+        return {"block_q": self.block_q, "block_k": self.block_k, "num_warps": self.num_warps}
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << max(0, n.bit_length() - 1)
+
+
+def default(chip: str, shapes: Shapes) -> Config:
+    """A tiling for ``chip`` (data/hardware.json): TPU query and key blocks of up to four MXU widths whose
+    working set (q, k, v blocks double-buffered, the f32 score tile and accumulator) fits a quarter of VMEM;
+    GPU 64-key blocks and query blocks of up to 128 rows, 8 warps for 128-row blocks."""
+    spec = get_spec(chip)
+    if spec.kind == "tpu":
+        mxu = spec.mxu_size or 128
+        budget = (spec.vmem_bytes or 16 << 20) // 4
+        best = (mxu, mxu)
+        for bq, bk in itertools.product((mxu, 2 * mxu, 4 * mxu), repeat=2):
+            work = 2 * (bq + 2 * bk) * shapes.head_dim * shapes.itemsize + (bq * bk + bq * shapes.head_dim) * 4
+            if bq <= max(mxu, shapes.seq) and bk <= max(mxu, shapes.kv_seq) and work <= budget:
+                best = max(best, (bq, bk), key=lambda t: t[0] * t[1])
+        return Config(block_q=best[0], block_k=best[1])
+    bq = max(16, min(128, _pow2_floor(shapes.seq)))
+    bk = max(16, min(64, _pow2_floor(shapes.kv_seq)))
+    return Config(block_q=bq, block_k=bk, num_warps=8 if bq >= 128 else 4)
+
+
+def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
+    """The tuning space over :class:`Config`'s fields, every point legal for ``target``."""
+    if kernel_language(target) == "mosaic":
+        out: dict[str, list[Any]] = {"block_q": [b for b in (128, 256, 512) if b <= max(128, shapes.seq)],
+                                     "block_k": [b for b in (128, 256, 512) if b <= max(128, shapes.kv_seq)]}
+    else:
+        out = {"block_q": [b for b in (16, 32, 64, 128) if b <= max(16, shapes.seq)][-3:],
+               "block_k": [b for b in (16, 32, 64, 128) if b <= max(16, shapes.kv_seq)][-3:],
+               "num_warps": [4, 8]}
+    for vals in itertools.product(*out.values()):
+        Config(**dict(zip(out, vals))).check(target)
+    return out

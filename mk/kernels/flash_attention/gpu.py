@@ -1,0 +1,196 @@
+"""Flash attention on GPU (Pallas Triton): ``softmax(q k^T * scale + bias [causal]) v``.
+
+The same computation as :mod:`mk.kernels.flash_attention.tpu` (q (B, H, Sq, D),
+k/v (B, Hkv, Sk, D), an optional rank-4 bias broadcastable to (B, H, Sq, Sk)).
+One program per (batch*head, query block) loops over key blocks with
+``lax.fori_loop`` (Triton has no scratch memory). Two schedules:
+
+- ``flash_attention_gpu``: one pass with an online softmax (running max and
+  sum, the f32 accumulator rescaled at each block);
+- ``flash_attention_gpu_two_pass``: a first pass over the key blocks finds
+  each row's max and sum, a second accumulates the already normalised
+  probabilities times v (no rescaling, the scores computed twice).
+
+When causal the loops stop at the diagonal and only the blocks it crosses are
+masked. Triton needs power-of-two blocks: a head_dim that is no power of two
+is zero-padded (zero columns change no score and are sliced off), a sequence
+no power-of-two block >= 16 divides is zero-padded to a multiple of the block
+and the padded keys are masked.
+
+Self-contained (jax only): mk's offline author copies it verbatim into the
+kernels it writes.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+_MASKED = -1e30
+
+
+def _block(n, want):
+    """(block, padded n): the largest power of two >= 16 and at most want dividing n; when none does, a power of
+    two block (at most want) with n padded to a multiple of it."""
+    b = 1 << (want.bit_length() - 1)
+    while b >= 16:
+        if n % b == 0:
+            return b, n
+        b //= 2
+    b = max(16, min(1 << (want.bit_length() - 1), 1 << (n - 1).bit_length()))
+    return b, -(-n // b) * b
+
+
+def _tile_scores(q, k, bias, *, scale, score_dtype):
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    if score_dtype is None:
+        s = s * scale
+        return s if bias is None else s + bias.astype(jnp.float32)
+    s = s.astype(score_dtype) * scale
+    if bias is not None:
+        s = s + bias.astype(score_dtype)
+    return s.astype(jnp.float32)
+
+
+def _score_fn(q, k_ref, b_ref, *, qi, scale, causal, score_dtype, block_q, block_k, kv_len):
+    """The (block_q, block_k) f32 scores of key block j, masked when asked (causal, or padded keys)."""
+
+    def scores(j, masked):
+        start = pl.multiple_of(j * block_k, block_k)
+        k = k_ref[pl.ds(start, block_k), :]
+        bias = None
+        if b_ref is not None:
+            bias = b_ref[:, pl.ds(start, block_k)] if b_ref.shape[1] > 1 else b_ref[...]
+        s = _tile_scores(q, k, bias, scale=scale, score_dtype=score_dtype)
+        if masked:
+            rows = qi * block_q + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
+            cols = start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
+            s = jnp.where((cols <= rows) if causal else (cols < kv_len), s, _MASKED)
+        return s, start
+
+    return scores
+
+
+def _ranges(qi, *, causal, block_q, block_k, nk, kv_len):
+    """(n_full, n_end): key blocks [0, n_full) need no mask, [n_full, n_end) are masked, the rest never read."""
+    if causal:  # padded keys lie past every real query's diagonal
+        return (jnp.minimum((qi * block_q + 1) // block_k, nk),
+                jnp.minimum(((qi + 1) * block_q + block_k - 1) // block_k, nk))
+    return kv_len // block_k, nk
+
+
+def _one_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv_len, has_bias):
+    q_ref, k_ref, v_ref, b_ref, o_ref = refs if has_bias else (*refs[:3], None, refs[3])
+    qi = pl.program_id(1)
+    q = q_ref[...]
+    scores = _score_fn(q, k_ref, b_ref, qi=qi, scale=scale, causal=causal, score_dtype=score_dtype,
+                       block_q=block_q, block_k=block_k, kv_len=kv_len)
+
+    def step(j, carry, masked):
+        m, l, acc = carry
+        s, start = scores(j, masked)
+        v = v_ref[pl.ds(start, block_k), :]
+        m_new = jnp.maximum(m, jnp.max(s, axis=1))
+        alpha = jnp.exp(m - m_new)
+        p = jnp.exp(s - m_new[:, None])
+        l = alpha * l + jnp.sum(p, axis=1)
+        acc = alpha[:, None] * acc + lax.dot_general(
+            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        return m_new, l, acc
+
+    n_full, n_end = _ranges(qi, causal=causal, block_q=block_q, block_k=block_k, nk=nk, kv_len=kv_len)
+    carry = (jnp.full((block_q,), _MASKED, jnp.float32), jnp.zeros((block_q,), jnp.float32),
+             jnp.zeros((block_q, q.shape[1]), jnp.float32))
+    carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
+    carry = lax.fori_loop(n_full, n_end, functools.partial(step, masked=True), carry)
+    _, l, acc = carry
+    o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
+
+
+def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv_len, has_bias):
+    q_ref, k_ref, v_ref, b_ref, o_ref = refs if has_bias else (*refs[:3], None, refs[3])
+    qi = pl.program_id(1)
+    q = q_ref[...]
+    scores = _score_fn(q, k_ref, b_ref, qi=qi, scale=scale, causal=causal, score_dtype=score_dtype,
+                       block_q=block_q, block_k=block_k, kv_len=kv_len)
+
+    def stats(j, carry, masked):
+        m, l = carry
+        s, _ = scores(j, masked)
+        m_new = jnp.maximum(m, jnp.max(s, axis=1))
+        return m_new, jnp.exp(m - m_new) * l + jnp.sum(jnp.exp(s - m_new[:, None]), axis=1)
+
+    n_full, n_end = _ranges(qi, causal=causal, block_q=block_q, block_k=block_k, nk=nk, kv_len=kv_len)
+    carry = (jnp.full((block_q,), _MASKED, jnp.float32), jnp.zeros((block_q,), jnp.float32))
+    carry = lax.fori_loop(0, n_full, functools.partial(stats, masked=False), carry)
+    m, l = lax.fori_loop(n_full, n_end, functools.partial(stats, masked=True), carry)
+    inv = 1.0 / l
+
+    def accumulate(j, acc, masked):
+        s, start = scores(j, masked)
+        v = v_ref[pl.ds(start, block_k), :]
+        p = jnp.exp(s - m[:, None]) * inv[:, None]
+        return acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
+                                     preferred_element_type=jnp.float32)
+
+    acc = jnp.zeros((block_q, q.shape[1]), jnp.float32)
+    acc = lax.fori_loop(0, n_full, functools.partial(accumulate, masked=False), acc)
+    acc = lax.fori_loop(n_full, n_end, functools.partial(accumulate, masked=True), acc)
+    o_ref[...] = acc.astype(o_ref.dtype)
+
+
+def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, num_warps, num_stages):
+    batch, heads, seq, head_dim = q.shape
+    kv_batch, kv_heads, kv_seq, kv_dim = k.shape
+    if v.shape != k.shape or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
+        raise ValueError(f"expected q (B, H, Sq, D), k/v (B, Hkv, Sk, D) with H a multiple of Hkv, got {q.shape=}, "
+                         f"{k.shape=}, {v.shape=}")
+    group = heads // kv_heads
+    block_q, q_pad = _block(seq, block_q)
+    block_k, kv_pad = _block(kv_seq, block_k)
+    d_pad = max(16, 1 << (head_dim - 1).bit_length())
+    q = jnp.pad(q, ((0, 0), (0, 0), (0, q_pad - seq), (0, d_pad - head_dim)))
+    k, v = (jnp.pad(t, ((0, 0), (0, 0), (0, kv_pad - kv_seq), (0, d_pad - head_dim))) for t in (k, v))
+    in_specs = [
+        pl.BlockSpec((None, None, block_q, d_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
+        pl.BlockSpec((None, None, kv_pad, d_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
+        pl.BlockSpec((None, None, kv_pad, d_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
+    ]
+    args = [q, k, v]
+    if bias is not None:
+        want = (batch, heads, seq, kv_seq)
+        if bias.ndim != 4 or any(b not in (1, w) for b, w in zip(bias.shape, want)):
+            raise ValueError(f"expected a bias broadcastable to {want}, got {bias.shape=}")
+        full = tuple(n > 1 for n in bias.shape)
+        bias = jnp.pad(bias, ((0, 0), (0, 0), (0, q_pad - seq if full[2] else 0), (0, kv_pad - kv_seq if full[3] else 0)))
+        in_specs.append(pl.BlockSpec(
+            (None, None, block_q if full[2] else 1, kv_pad if full[3] else 1),
+            lambda bh, i: (bh // heads if full[0] else 0, bh % heads if full[1] else 0, i if full[2] else 0, 0)))
+        args.append(bias)
+    out = pl.pallas_call(
+        functools.partial(body, scale=scale, causal=causal, score_dtype=score_dtype, block_q=block_q,
+                          block_k=block_k, nk=kv_pad // block_k, kv_len=kv_seq, has_bias=bias is not None),
+        grid=(batch * heads, q_pad // block_q),
+        in_specs=in_specs,
+        out_specs=pl.BlockSpec((None, None, block_q, d_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+    )(*args)
+    return out[:, :, :seq, :head_dim]
+
+
+def flash_attention_gpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=64, block_k=64,
+                        num_warps=4, num_stages=2):
+    """One pass over the key blocks with an online softmax (see the module docstring)."""
+    return _call(_one_pass_kernel, q, k, v, bias, scale=scale, causal=causal, score_dtype=score_dtype,
+                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages)
+
+
+def flash_attention_gpu_two_pass(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=64,
+                                 block_k=64, num_warps=4, num_stages=2):
+    """Row max and sum first, then the normalised probabilities times v (see the module docstring)."""
+    return _call(_two_pass_kernel, q, k, v, bias, scale=scale, causal=causal, score_dtype=score_dtype,
+                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages)

@@ -1,0 +1,225 @@
+"""Flash attention on TPU (Mosaic): ``softmax(q k^T * scale + bias [causal]) v`` with an online softmax.
+
+q (B, H, Sq, D), k/v (B, Hkv, Sk, D) (grouped-query attention when Hkv < H:
+query head h reads kv head h // (H // Hkv)), an optional additive score bias
+of rank 4 broadcastable to (B, H, Sq, Sk) (its size-1 axes are read
+repeatedly, never materialised). Two schedules over the same step:
+
+- ``flash_attention_tpu``: key blocks are the grid's last ("arbitrary") axis;
+  the running max, sum and f32 accumulator live in VMEM scratch across it.
+  When causal, key blocks wholly above the diagonal are skipped and their
+  index maps repeat the last block needed, so nothing is fetched for them.
+- ``flash_attention_tpu_loop``: one grid step per query block holds the
+  whole key/value sequence of its head in VMEM and walks key blocks with a
+  ``lax.fori_loop`` carrying max, sum and accumulator as values; when causal
+  the loop stops at the diagonal and only the blocks it crosses are masked.
+
+``score_dtype`` (bf16/f16 or None) rounds the f32 score tiles as a 16-bit
+reference rounds its scores (``einsum`` then ``* scale`` then ``+ bias`` in
+that dtype). Block sizes are requests, fitted to the sizes the kernel is
+called with.
+
+Self-contained (jax only): mk's offline author copies it verbatim into the
+kernels it writes.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+_MASKED = -1e30
+
+
+def _block(n, want, quantum):
+    """The largest multiple of quantum dividing n and at most want; n itself (one block spanning the axis,
+    always a legal block shape) when there is none."""
+    for b in range(min(want, n) // quantum * quantum, 0, -quantum):
+        if n % b == 0:
+            return b
+    return n
+
+
+def _sublanes(*arrays):
+    return 8 * max(1, 4 // min(jnp.dtype(a.dtype).itemsize for a in arrays))
+
+
+def _scores(q, k, bias, *, scale, score_dtype):
+    """The f32 score tile q k^T * scale (+ bias), rounded where a 16-bit reference rounds."""
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    if score_dtype is None:
+        s = s * scale
+        return s if bias is None else s + bias.astype(jnp.float32)
+    s = s.astype(score_dtype) * scale
+    if bias is not None:
+        s = s + bias.astype(score_dtype)
+    return s.astype(jnp.float32)
+
+
+def _fit(q, k, v, bias, block_q, block_k):
+    batch, heads, seq, head_dim = q.shape
+    kv_batch, kv_heads, kv_seq, kv_dim = k.shape
+    if v.shape != k.shape or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
+        raise ValueError(f"expected q (B, H, Sq, D), k/v (B, Hkv, Sk, D) with H a multiple of Hkv, got {q.shape=}, "
+                         f"{k.shape=}, {v.shape=}")
+    arrays = (q, k, v) if bias is None else (q, k, v, bias)
+    if bias is not None:
+        want = (batch, heads, seq, kv_seq)
+        if bias.ndim != 4 or any(b not in (1, w) for b, w in zip(bias.shape, want)):
+            raise ValueError(f"expected a bias broadcastable to {want}, got {bias.shape=}")
+    bq = _block(seq, block_q, _sublanes(*arrays))
+    # a bias block's last axis is a key block: a multiple of the lane width (128) or the whole sequence
+    bk = _block(kv_seq, block_k, 128 if bias is not None and bias.shape[3] > 1 else _sublanes(k, v))
+    return bq, bk
+
+
+def _bias_spec(bias, block_q, block_k, index):
+    """The bias BlockSpec: its size-1 axes always block 0, the others follow (batch, head, query, key) blocks."""
+    full = tuple(n > 1 for n in bias.shape)
+    shape = (1, 1, block_q if full[2] else 1, block_k if full[3] else 1)
+
+    def imap(*grid):
+        b, h, i, j = index(*grid)
+        return (b if full[0] else 0, h if full[1] else 0, i if full[2] else 0, j if full[3] else 0)
+
+    return pl.BlockSpec(shape, imap)
+
+
+def _grid_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bias):
+    if has_bias:
+        q_ref, k_ref, v_ref, b_ref, o_ref, m_ref, l_ref, acc_ref = refs
+    else:
+        (q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref), b_ref = refs, None
+    qi, ki = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(ki == 0)
+    def _init():
+        m_ref[...] = jnp.full(m_ref.shape, _MASKED, jnp.float32)
+        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    def _step():
+        v = v_ref[0, 0]
+        s = _scores(q_ref[0, 0], k_ref[0, 0], None if b_ref is None else b_ref[0, 0], scale=scale,
+                    score_dtype=score_dtype)
+        if causal:
+            rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
+            cols = ki * block_k + lax.broadcasted_iota(jnp.int32, s.shape, 1)
+            s = jnp.where(cols <= rows, s, _MASKED)
+        m_prev = m_ref[...]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+        alpha = jnp.exp(m_prev - m_new)
+        p = jnp.exp(s - m_new)
+        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
+        acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(
+            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        m_ref[...] = m_new
+
+    if causal:
+        pl.when(ki * block_k <= qi * block_q + block_q - 1)(_step)
+    else:
+        _step()
+
+    @pl.when(ki == nk - 1)
+    def _done():
+        o_ref[0, 0] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+
+
+def flash_attention_tpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=512, block_k=512):
+    """Key blocks on the grid's last axis with VMEM scratch accumulators (see the module docstring)."""
+    batch, heads, seq, head_dim = q.shape
+    kv_heads, kv_seq = k.shape[1], k.shape[2]
+    group = heads // max(1, kv_heads)
+    block_q, block_k = _fit(q, k, v, bias, block_q, block_k)
+    nk = kv_seq // block_k
+
+    def last(i, j):  # causal: key blocks past the diagonal repeat the last one needed (no new fetch)
+        return jnp.minimum(j, (i * block_q + block_q - 1) // block_k) if causal else j
+
+    kv_spec = pl.BlockSpec((1, 1, block_k, head_dim), lambda b, h, i, j: (b, h // group, last(i, j), 0))
+    in_specs = [pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)), kv_spec, kv_spec]
+    args = [q, k, v]
+    if bias is not None:
+        in_specs.append(_bias_spec(bias, block_q, block_k, lambda b, h, i, j: (b, h, i, last(i, j))))
+        args.append(bias)
+    return pl.pallas_call(
+        functools.partial(_grid_kernel, scale=scale, causal=causal, score_dtype=score_dtype, block_q=block_q,
+                          block_k=block_k, nk=nk, has_bias=bias is not None),
+        grid=(batch, heads, seq // block_q, nk),
+        in_specs=in_specs,
+        out_specs=pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
+                        pltpu.VMEM((block_q, head_dim), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+    )(*args)
+
+
+def _loop_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bias):
+    if has_bias:
+        q_ref, k_ref, v_ref, b_ref, o_ref = refs
+    else:
+        (q_ref, k_ref, v_ref, o_ref), b_ref = refs, None
+    qi = pl.program_id(2)
+    q = q_ref[0, 0]
+    key_bias = b_ref is not None and b_ref.shape[3] > 1
+
+    def step(j, carry, masked):
+        m, l, acc = carry
+        start = pl.multiple_of(j * block_k, block_k)
+        k = k_ref[0, 0, pl.ds(start, block_k), :]
+        v = v_ref[0, 0, pl.ds(start, block_k), :]
+        bias = None
+        if b_ref is not None:
+            bias = b_ref[0, 0, :, pl.ds(start, block_k)] if key_bias else b_ref[0, 0]
+        s = _scores(q, k, bias, scale=scale, score_dtype=score_dtype)
+        if masked:
+            rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
+            cols = start + lax.broadcasted_iota(jnp.int32, s.shape, 1)
+            s = jnp.where(cols <= rows, s, _MASKED)
+        m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
+        alpha = jnp.exp(m - m_new)
+        p = jnp.exp(s - m_new)
+        l = alpha * l + jnp.sum(p, axis=1, keepdims=True)
+        acc = alpha * acc + lax.dot_general(
+            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        return m_new, l, acc
+
+    carry = (jnp.full((block_q, 1), _MASKED, jnp.float32), jnp.zeros((block_q, 1), jnp.float32),
+             jnp.zeros((block_q, q.shape[1]), jnp.float32))
+    if causal:  # blocks wholly at or below the diagonal unmasked, the ones it crosses masked, the rest never read
+        n_full = jnp.minimum((qi * block_q + 1) // block_k, nk)
+        n_end = jnp.minimum(((qi + 1) * block_q + block_k - 1) // block_k, nk)
+        carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
+        carry = lax.fori_loop(n_full, n_end, functools.partial(step, masked=True), carry)
+    else:
+        carry = lax.fori_loop(0, nk, functools.partial(step, masked=False), carry)
+    _, l, acc = carry
+    o_ref[0, 0] = (acc / l).astype(o_ref.dtype)
+
+
+def flash_attention_tpu_loop(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=256,
+                             block_k=512):
+    """Whole key/value sequence per head in VMEM, key blocks walked in the kernel (see the module docstring)."""
+    batch, heads, seq, head_dim = q.shape
+    kv_heads, kv_seq = k.shape[1], k.shape[2]
+    group = heads // max(1, kv_heads)
+    block_q, block_k = _fit(q, k, v, bias, block_q, block_k)
+    kv_spec = pl.BlockSpec((1, 1, kv_seq, head_dim), lambda b, h, i: (b, h // group, 0, 0))
+    in_specs = [pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i: (b, h, i, 0)), kv_spec, kv_spec]
+    args = [q, k, v]
+    if bias is not None:
+        in_specs.append(_bias_spec(bias, block_q, kv_seq, lambda b, h, i: (b, h, i, 0)))
+        args.append(bias)
+    return pl.pallas_call(
+        functools.partial(_loop_kernel, scale=scale, causal=causal, score_dtype=score_dtype, block_q=block_q,
+                          block_k=block_k, nk=kv_seq // block_k, has_bias=bias is not None),
+        grid=(batch, heads, seq // block_q),
+        in_specs=in_specs,
+        out_specs=pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i: (b, h, i, 0)),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel")),
+    )(*args)
