@@ -121,15 +121,18 @@ def _plots(r: BenchResult, out: Path) -> list[str]:
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     written = []
     measured = {m: met for m, met in r.metrics.items() if met.speed != "unmeasured" and met.fast_p_curve}
     if measured:
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-        for m, met in measured.items():
+        curves = {m: [tuple(pt) for pt in met.fast_p_curve] for m, met in measured.items()}
+        same = same_as(curves)
+        for i, (m, met) in enumerate(measured.items()):
             ps, vals = zip(*met.fast_p_curve)
-            ax.step(ps, vals, where="post", label=f"{m} (n={met.tasks})", linewidth=2)
+            style = line_style(i)
+            ax.step(ps, vals, where="post", label=f"{m} (n={met.tasks}){_same_note(m, same)}", linewidth=style["lw"],
+                    linestyle=style["ls"], color=style["color"], alpha=0.9)
         for p in FAST_P:
             ax.axvline(p, color="grey", linewidth=0.5, linestyle=":")
         top = max(p for met in measured.values() for p, _ in met.fast_p_curve)
@@ -153,29 +156,26 @@ def _plots(r: BenchResult, out: Path) -> list[str]:
     show_speed = r.can_time and any(pt["measured"] for s in series.values() for pt in s)
     fig, axes = plt.subplots(1, 2 if show_speed else 1, figsize=(11 if show_speed else 6, 4.2), dpi=120, squeeze=False)
     ax = axes[0][0]
-    for m, s in series.items():
-        ax.plot([p["step"] for p in s], [p["correct_rate"] for p in s], marker="o", label=f"{m} (by {_STEP_LABEL[m]})")
-    ax.set_xlabel("iteration / sample / search depth")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    one_step = bool(series) and all(len(s) == 1 for s in series.values())
+    _by_step(ax, series, "correct_rate", one_step, lambda m: f"{m} (by {_STEP_LABEL[m]})", "{:.0%}")
     ax.set_ylabel("share of tasks with a correct kernel so far")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title("correctness by step")
+    ax.set_ylim(-0.02, 1.12 if one_step else 1.02)
+    ax.set_title("correctness by step" + (" (one step: every method stopped after its first)" if one_step else ""),
+                 fontsize=10 if one_step else None)
     ax.grid(alpha=0.3)
     if not series:
         ax.text(0.5, 0.5, "no candidate was judged\n(every task declined or failed to load)", ha="center", va="center",
                 transform=ax.transAxes)
-    else:
+    elif not one_step:  # bars carry their names on the axis
         ax.legend()
     if show_speed:
         ax2 = axes[0][1]
-        for m, s in series.items():
-            ax2.plot([p["step"] for p in s], [p["geomean_all"] for p in s], marker="o", label=m)
-        ax2.set_xlabel("iteration / sample / search depth")
-        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _by_step(ax2, series, "geomean_all", one_step, lambda m: m, "{:.2f}x")
         ax2.set_ylabel("geomean speedup, best so far (floored at 1.0)")
         ax2.set_title("speedup by step (all tasks)")
         ax2.grid(alpha=0.3)
-        ax2.legend()
+        if not one_step:
+            ax2.legend()
     elif not r.can_time:
         fig.suptitle(r.speed_reason, fontsize=8)
     fig.tight_layout()
@@ -185,5 +185,58 @@ def _plots(r: BenchResult, out: Path) -> list[str]:
     return written
 
 
-__all__ = ["progression", "write_report"]
+def line_style(i: int) -> dict[str, Any]:
+    """The i-th method's line: colour, dash pattern and width all differ, widest first, so a curve drawn on top of
+    an identical one leaves it visible."""
+    colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+    dashes = ("-", "--", "-.", ":")
+    return {"color": colors[i % len(colors)], "ls": dashes[i % len(dashes)], "lw": max(3.5 - 0.8 * i, 1.2),
+            "marker": "osD^v<>"[i % 7]}
+
+
+def same_as(curves: dict[str, list[Any]]) -> dict[str, str]:
+    """``{method: earlier method with the identical curve}``, so a legend can say that a hidden curve is there."""
+    out: dict[str, str] = {}
+    seen: list[tuple[str, list[Any]]] = []
+    for m, c in curves.items():
+        twin = next((n for n, d in seen if d == c), None)
+        if twin is not None:
+            out[m] = twin
+        else:
+            seen.append((m, c))
+    return out
+
+
+def _same_note(m: str, same: dict[str, str]) -> str:
+    return f" = {same[m]}" if m in same else ""
+
+
+def _by_step(ax: Any, series: dict[str, list[dict[str, Any]]], key: str, one_step: bool, label: Any, fmt: str) -> None:
+    """``key`` by step for each method: grouped bars with their values when every method has one step (a line of
+    one point says nothing), else lines offset a little on x, with distinct styles, and identical curves named."""
+    from matplotlib.ticker import MaxNLocator
+
+    same = same_as({m: [round(p[key], 6) for p in s] for m, s in series.items()})
+    if one_step:
+        names = list(series)
+        vals = [series[m][0][key] for m in names]
+        bars = ax.bar(range(len(names)), vals, color=[line_style(i)["color"] for i in range(len(names))], width=0.6)
+        for b, v in zip(bars, vals):
+            ax.annotate(fmt.format(v), (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=9,
+                        xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(range(len(names)), [label(m) for m in names], fontsize=8)
+        ax.set_xlim(-0.5 - 0.5 / len(names), len(names) - 0.5 + 0.5 / len(names))
+        ax.set_xlabel("method (step 1)")
+        return
+    n = len(series)
+    for i, (m, s) in enumerate(series.items()):
+        style = line_style(i)
+        shift = (i - (n - 1) / 2) * 0.06 if n > 1 else 0.0  # identical curves side by side, not on top of each other
+        ax.plot([p["step"] + shift for p in s], [p[key] for p in s], marker=style["marker"], linestyle=style["ls"],
+                linewidth=style["lw"], color=style["color"], alpha=0.9, label=label(m) + _same_note(m, same))
+    ax.set_xlabel("iteration / sample / search depth")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+__all__ = ["line_style", "progression", "same_as", "write_report"]
 
