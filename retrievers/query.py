@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 
-_FRAME = re.compile(r'^\s*File "[^"]*", line \d+(?:, in (\S+))?\s*$')
+_FRAME = re.compile(r'^\s*File "([^"]*)", line \d+(?:, in (\S+))?\s*$')
+# a frame inside JAX (or another installed library): its function names the stage that failed
+# (_convert_block_spec_to_block_mapping, _load_lowering_rule), unlike the candidate's own function names
+_LIBRARY_FILE = re.compile(r"(?:site|dist)-packages/|/jax/_src/|/jaxlib/")
 _NOISE_LINES = re.compile(r"^\s*(?:Traceback \(most recent call last\):|The above exception was the direct cause.*|During handling of the above exception.*|-{5,}|\^+|\.\.\.)\s*$")
 _SUBS = [
     (re.compile(r"https?://\S+"), " "),  # URLs
@@ -39,12 +42,16 @@ def _clean(text: str) -> str:
 
 def split_query(query: str) -> tuple[str, str]:
     """(message, context): the words of ``query`` worth matching, with the source lines that a
-    traceback quotes under its frames set apart as context (they name the candidate's code, not the fault)."""
-    main, context = [], []
+    traceback quotes under its frames set apart as context (they name the candidate's code, not the fault),
+    and the names of the library functions in its frames (the stage that failed) added to the context."""
+    main, context, stages = [], [], []
     after_frame = False
     for line in query.splitlines():
-        if _FRAME.match(line):
-            after_frame = True  # the frame's file and function: no signal
+        frame = _FRAME.match(line)
+        if frame:
+            after_frame = True  # the frame's file and line: no signal; a library function's name: the failing stage
+            if frame.group(2) and _LIBRARY_FILE.search(frame.group(1)) and not frame.group(2).startswith("<"):
+                stages.append(frame.group(2).strip("_"))
             continue
         if after_frame and line.startswith("    "):
             context.append(line)
@@ -52,7 +59,7 @@ def split_query(query: str) -> tuple[str, str]:
         after_frame = False
         if not _NOISE_LINES.match(line):
             main.append(line)
-    return _clean("\n".join(main)), _clean("\n".join(context))
+    return _clean("\n".join(main)), _clean("\n".join(context + stages))
 
 
 def search_text(query: str) -> str:
