@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head, module_body
+from mk.author.groups import GroupEmitter, helpers
+from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.split import split_epilogue
@@ -120,7 +122,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     taken = set(names) | {v.name for v in probes.vars} | defined | {"acc", "tile", "y", "tail", "epilogue", "x", "w"}
 
     def emitter() -> Emitter:
-        em = Emitter(1, probes, mask=gpu, taken=taken)
+        em = GroupEmitter(1, probes, taken=taken) if gpu else PoolEmitter(1, probes, taken=taken)
         em.bind(conv.outvars[0], "acc", True)
         for i in params:
             em.bind(invars[i], names[i], False)
@@ -137,6 +139,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         if not jaxpr.outvars[0].aval.shape or out_lead != batch:
             raise Unsupported("the output's leading axis is not the batch (the work after the convolution mixes "
                               "samples)")
+    groups = _channel_groups(parts.emitter.split, cout, kernel_out, jaxpr, probes)
     channel_axes = []
     for i in params:
         sizes = [_size(probes, [t.shapes[i][k] for t in probes.traces]) for k in range(len(invars[i].aval.shape))]
@@ -151,7 +154,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
     src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, conv, lhs, rhs, x_perm,
                   w_perm, params, channel_axes, tuning, config, dtype_expr(kernel_out.aval.dtype), tail,
-                  probes.used(*tail.lines, *tail.outputs) if tail else [])
+                  probes.used(*tail.lines, *tail.outputs) if tail else [], groups)
     prims = sorted(p for p in body.primitives if not p.startswith("_"))
     return Proposal(
         name=f"conv-epilogue-{target}",
@@ -163,6 +166,28 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
            "XLA, on its output"),
         template="conv",
     )
+
+
+def _channel_groups(split: tuple[str, str, str] | None, cout: str, kernel_out: Any, jaxpr: Any,
+                    probes: Any) -> tuple[str, str] | None:
+    """(groups, group size) as the kernel reads them from its arguments, when the epilogue splits the channels
+    into groups on a padded (Triton) tile; None when it splits nothing."""
+    if split is None:
+        return None
+    if split[0] != cout:
+        raise Unsupported("the epilogue splits an axis other than the channels into groups")
+    if kernel_out in jaxpr.outvars:
+        shapes = [tuple(t.jaxpr.jaxpr.outvars[jaxpr.outvars.index(kernel_out)].aval.shape) for t in probes.traces]
+    else:
+        producer = next(e for e in jaxpr.eqns if kernel_out in e.outvars)
+        at = producer.outvars.index(kernel_out)
+        shapes = [tuple(e.outvars[at].aval.shape) for e in probes.peers(producer)]
+    if any(_size(probes, [sh[k] for sh in shapes]) == cout for k in range(len(shapes[0]))):
+        raise Unsupported("the epilogue splits the channels into groups and its output keeps a channel axis "
+                          "(padded group by group on a Triton tile)")
+    sources = {v.name: v.source for v in probes.vars}
+    return tuple(re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: sources.get(m.group(0), m.group(0)), e)
+                 for e in split[1:])
 
 
 def _size(probes: Any, values: list[int]) -> str:
@@ -180,7 +205,7 @@ def _defined(target: str) -> set[str]:
 def _render(task: Task, names: list[str], used: list, body: Any, target: str, conv: Any, lhs: Operand, rhs: Operand,
             x_perm: tuple[int, ...], w_perm: tuple[int, ...], params: list[int], channel_axes: list[tuple[int, ...]],
             tuning: dict[str, list[Any]], config: dict[str, Any], out_dtype: str, tail: Any = None,
-            tail_used: list = ()) -> str:
+            tail_used: list = (), groups: tuple[str, str] | None = None) -> str:
     gpu = kernel_language(target) == "triton"
     module = gpu_kernel if gpu else tpu_kernel
     prec = conv.params.get("precision")
@@ -218,6 +243,7 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
         "",
         "",
         *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
+        *helpers(body.primitives, has_pow2=gpu),
         f"def _epilogue(tile{''.join(', ' + n for n in pnames)}{', *, ' + kwargs if kwargs else ''}):",
         '    """The reference after its convolution, on one sample\'s tile (1, *spatial, channels)."""',
         f"    acc = tile.astype({dtype_expr(acc_dtype)})" if acc_dtype != np.float32 else "    acc = tile",
@@ -235,6 +261,7 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
         f"    {'return' if tail is None else 'y ='} {'conv_gpu' if gpu else 'conv_tpu'}(x, w"
         f"{''.join(', ' + n for n in pnames)}, epilogue=epilogue, "
         + (f"channel_axes={channel_axes!r}, " if gpu else "")
+        + (f"channel_groups=({groups[0]}, {groups[1]}), " if groups else "")
         + f"out_dtype={out_dtype}, precision={prec_expr}, {cfg_call})",
         *([] if tail is None else [f"    return tail(y{''.join(', ' + n for n in pnames)})"]),
         "",

@@ -19,6 +19,8 @@ import textwrap
 import numpy as np
 
 from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr
+from mk.author.groups import GroupEmitter, helpers
+from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.split import split_epilogue
@@ -106,7 +108,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     taken = set(names) | {v.name for v in probes.vars} | {"acc", "y", "tail"}
 
     def make() -> Emitter:
-        em = Emitter(1, probes, mask=pad, taken=taken, may_split=pad)
+        em = GroupEmitter(1, probes, taken=taken) if pad else PoolEmitter(1, probes, taken=taken)
         em.bind(dot.outvars[0], "acc", True)
         for i, kind in zip(params, param_kinds):
             if kind != "whole":
@@ -321,6 +323,7 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
         *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
         *(_GPU_HELPERS if gpu else _TPU_HELPERS).splitlines(),
         *(["", "", *_GPU_SPLIT_HELPERS.splitlines()] if split else []),
+        *(["", "", *helpers(body.primitives, has_pow2=bool(split))] if helpers(body.primitives, bool(split)) else []),
         "",
         "",
         "def _finish(acc, p_refs, o_ref, epilogue):",

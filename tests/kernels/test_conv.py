@@ -83,6 +83,38 @@ def test_gpu_fused_epilogue_matches_reference(x_shape, w_shape, dtype):
     np.testing.assert_allclose(got, want, **_tol(dtype))
 
 
+@pytest.mark.parametrize("cout,groups", [(24, 8), (12, 4), (8, 8)])  # groups of 3 and 3 padded to 4; groups of 1
+def test_gpu_channel_groups_pad_group_by_group(cout, groups):
+    """channel_groups: each group of channels padded to a power of two, so the epilogue splits the padded channel
+    axis into (-1, _pow2(size)); a GroupNorm then a mean over the true channels and pixels."""
+    x, w, b = _inputs((2, 6, 7, 3), (3, 3, 3, cout), jnp.float32, seed=4)
+    size, out = cout // groups, (4, 5)
+    sp = 1 << (size - 1).bit_length()
+
+    def ep(t, bias):
+        t = t + bias
+        g = t.reshape(t.shape[:3] + (-1, sp))
+        keep = ((lax.broadcasted_iota(jnp.int32, g.shape, 1) < out[0]) & (lax.broadcasted_iota(jnp.int32, g.shape, 2)
+                < out[1]) & (lax.broadcasted_iota(jnp.int32, g.shape, 4) < size))
+        n = out[0] * out[1] * size
+        mu = jnp.sum(jnp.where(keep, g, 0.0), axis=(1, 2, 4), keepdims=True) / n
+        var = jnp.sum(jnp.where(keep, (g - mu) ** 2, 0.0), axis=(1, 2, 4), keepdims=True) / n
+        real = keep & (lax.broadcasted_iota(jnp.int32, g.shape, 3) < groups)
+        return jnp.sum(jnp.where(real, (g - mu) * lax.rsqrt(var + 1e-5) * (1.0 + g), 0.0), axis=(1, 2, 3, 4)) \
+            / (n * groups)
+
+    def want(x, w, b):
+        y = reference(x, w, bias=b)
+        g = y.reshape(y.shape[:3] + (groups, size))
+        mu = jnp.mean(g, axis=(1, 2, 4), keepdims=True)
+        var = jnp.var(g, axis=(1, 2, 4), keepdims=True)
+        return jnp.mean((g - mu) * lax.rsqrt(var + 1e-5) * (1.0 + g), axis=(1, 2, 3, 4))
+
+    got = _run("gpu", lambda x, w, b: kconv.conv(x, w, b, target="gpu", epilogue=ep, channel_axes=[(0,)],
+                                                  channel_groups=(groups, size)), x, w, b)
+    np.testing.assert_allclose(got, np.asarray(want(x, w, b)), atol=1e-4, rtol=1e-4)
+
+
 def test_gpu_channel_blocks_match_reference():
     x, w, b = _inputs((2, 6, 5, 4), (2, 2, 4, 40), jnp.float32, seed=3)
     got = _run("gpu", lambda x, w, b: kconv.conv(x, w, bias=b, target="gpu", config=Config(block_cout=16)), x, w, b)

@@ -2,6 +2,7 @@
 (the kernel module copied in, the static check passed, no mk import), and the file is right at sizes it never saw."""
 
 import dataclasses
+import re
 
 import jax
 import numpy as np
@@ -61,10 +62,21 @@ def test_group_norm_epilogue_on_tpu_and_declines_with_reasons():
     bn, split = _propose("34k_Conv2d_Activation_BatchNorm", "gpu")  # training-mode BatchNorm mixes samples:
     assert "def _tail(y" in split.source and "after the kernel in XLA" in split.rationale  # its statistics run after
     _judge_here(_at(bn, N=3, H=9, W=8, Cout=24), split.source, "gpu")
-    with pytest.raises(Unsupported, match="reshape"):  # GroupNorm on a padded Triton tile
-        _propose("46k_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp", "gpu")
     with pytest.raises(Unsupported, match="operand is computed by"):  # a transposed conv: a dilated input
         _propose("28k_ConvTranspose3d_LayerNorm_GELU_Scaling", "tpu")
+
+
+@pytest.mark.parametrize("name,dims", [
+    ("46k_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp", {"Cout": 48, "H": 7, "W": 12}),  # 16 groups of 3
+    ("25k_Conv3d_GroupNorm_Mean", {"Cout": 40, "H": 5}),  # 8 groups of 5, a 3-D tile padded on every axis
+    ("25k_Conv3d_GroupNorm_Mean", {"Cout": 8}),  # groups of 1: padded to 16 groups (Triton's smallest dot)
+])
+def test_group_norm_on_a_padded_triton_tile(name, dims):
+    """Channels padded group by group: the epilogue splits the padded axis into groups and masks each group's
+    padding, and the reductions over all channels mask the padding inside and after the groups."""
+    task, prop = _propose(name, "gpu")
+    assert re.search(r"channel_groups=\(\d+, \(", prop.source) and "_masked_groups(" in prop.source
+    _judge_here(_at(task, **dims), prop.source, "gpu")
 
 
 def test_offline_author_offers_the_conv_template():

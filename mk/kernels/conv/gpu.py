@@ -41,6 +41,15 @@ def _pad_axes(a, sizes):
     return jnp.pad(a, widths) if any(w for _, w in widths) else a
 
 
+def _pad_grouped(a, axis, groups, size, padded_groups):
+    """a with its axis (groups of size) padded group by group: each group to a power of two, then to
+    padded_groups groups, so the padded axis splits into (padded_groups, _pow2(size))."""
+    shape = a.shape[:axis] + (groups, size) + a.shape[axis + 1:]
+    widths = [(0, 0)] * axis + [(0, padded_groups - groups), (0, _pow2(size) - size)] + [(0, 0)] * (a.ndim - axis - 1)
+    out = jnp.pad(a.reshape(shape), widths)
+    return out.reshape(a.shape[:axis] + (padded_groups * _pow2(size),) + a.shape[axis + 1:])
+
+
 def _conv_gpu_kernel(x_ref, w_ref, *refs, out_spatial, window, n_params, epilogue, precision):
     p_refs, o_ref = refs[:n_params], refs[n_params]
     rows, cin = math.prod(out_spatial), x_ref.shape[-1]
@@ -57,13 +66,15 @@ def _bias_epilogue(tile, bias):
     return tile + bias.reshape(bias.shape[-1:])
 
 
-def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, out_dtype=None, precision=None,
-             block_cout=None, num_warps=4, num_stages=1):
+def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, channel_groups=None, out_dtype=None,
+             precision=None, block_cout=None, num_warps=4, num_stages=1):
     """``epilogue(conv(x, w) + bias, *params)`` per sample, channels last, on padded power-of-two blocks.
 
     ``channel_axes[i]``: the axes of ``params[i]`` whose size is Cout (padded with zeros like the channels);
-    every other axis of a param must be a power of two. ``block_cout`` (a power of two) only applies without
-    an epilogue."""
+    every other axis of a param must be a power of two. ``channel_groups=(groups, size)`` (with an epilogue,
+    Cout = groups * size): the channels are padded group by group (each group to a power of two, then the number
+    of groups), so the epilogue can split the padded channel axis into (-1, _pow2(size)); the epilogue's output
+    must then have no channel axis. ``block_cout`` (a power of two) only applies without an epilogue."""
     s = x.ndim - 2
     window, cin, cout = w.shape[:s], w.shape[s], w.shape[s + 1]
     if not 1 <= s <= 3 or w.ndim != s + 2 or x.shape[-1] != cin:
@@ -76,6 +87,15 @@ def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, out_dty
         out_spatial = out_spatial[:-1] + (out_spatial[-1] * _pow2(-(-16 // math.prod(out_spatial))),)
     batch, cin_p, cout_p = x.shape[0], max(16, _pow2(cin)), max(16, _pow2(cout))
     x = _pad_axes(x, (batch, *(_pow2(o + k - 1) for o, k in zip(out_spatial, window)), cin_p))
+    pad_channels = None
+    if channel_groups is not None:
+        groups, size = channel_groups
+        if epilogue is None or groups * size != cout:
+            raise ValueError(f"channel_groups={channel_groups} needs an epilogue and groups * size == Cout={cout}")
+        padded_groups = max(_pow2(groups), -(-16 // _pow2(size)))  # at least 16 channels (Triton's smallest dot)
+        cout_p = padded_groups * _pow2(size)
+        pad_channels = functools.partial(_pad_grouped, groups=groups, size=size, padded_groups=padded_groups)
+        w = pad_channels(_pad_axes(w, (*window, cin_p, cout)), s + 1)
     w = _pad_axes(w, (*window, cin_p, cout_p))
     if epilogue is None:
         bc = min(cout_p, _pow2(block_cout or cout_p))
@@ -93,9 +113,14 @@ def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, out_dty
         if bias is not None:
             raise ValueError("pass the bias to the epilogue as one of its params")
         channel_axes = channel_axes or [()] * len(params)
-        true = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_true, cout), jnp.float32), *params)
+        true = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_true, cout), jnp.float32), *params) \
+            if pad_channels is None else None
+        if pad_channels is not None:
+            params = tuple(functools.reduce(pad_channels, axes, p) for p, axes in zip(params, channel_axes))
         params = tuple(_pad_axes(p, [cout_p if a in axes else _pow2(n) for a, n in enumerate(p.shape)])
                        for p, axes in zip(params, channel_axes))
+        if true is None:  # the epilogue splits padded channels only, and its output has no channel axis
+            true = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_true, cout_p), jnp.float32), *params)
         padded = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_spatial, cout_p), jnp.float32), *params)
         p_specs = [pl.BlockSpec(p.shape, functools.partial(lambda nd, n, c: (0,) * nd, p.ndim)) for p in params]
         bc, grid_c = cout_p, 1
