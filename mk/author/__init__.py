@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mk.author import attention, conv, cross_entropy, gmm, matmul, rewrites, rowwise, swiglu
+from mk.author import flex, paged
 from mk.author.emit import Unsupported
 from mk.author.proposal import Proposal
 from mk.author.trace import trace_scales
@@ -23,8 +24,12 @@ log = logging.getLogger(__name__)
 TEMPLATES = (
     ("rewrite", "algebraic rewrites in pure JAX on every target (a sum moved before a matmul, dead code, constant "
      "folding, redundant casts/transposes/reshapes, scalar factors folded, inference-mode dropout removed)", rewrites),
+    ("paged", "paged decode attention over a page table (one query token per sequence, length-masked, GQA); "
+     "kernels from mk/kernels/paged_attention", paged),
     ("attention", "flash attention with online softmax over key blocks (causal or not, MHA and GQA; TPU, and GPU "
      "Triton when head_dim is a power of two)", attention),
+    ("flex_attention", "attention with an additive score bias from an input (FlexAttention score_mod), causal or not, "
+     "the bias streamed block by block; kernels from mk/kernels/flash_attention", flex),
     ("cross_entropy", "fused LM-head cross-entropy: the vocabulary matmul with an online log-sum-exp over vocabulary "
      "blocks and the label pick, logits never written to memory (TPU only)", cross_entropy),
     ("conv", "convolution (1-3 spatial axes, stride 1) as an implicit GEMM with the work after it fused per sample "
