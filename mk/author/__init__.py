@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from mk.author import attention, conv, cross_entropy, gmm, matmul, rewrites, rowwise, swiglu
 from mk.author import flex, paged
+from mk.author import retention
 from mk.author.emit import Unsupported
 from mk.author.proposal import Proposal
 from mk.author.trace import trace_scales
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 TEMPLATES = (
     ("rewrite", "algebraic rewrites in pure JAX on every target (a sum moved before a matmul, dead code, constant "
      "folding, redundant casts/transposes/reshapes, scalar factors folded, inference-mode dropout removed)", rewrites),
+    ("retention", "causal decayed retention with a row normaliser (RetNet, Mamba-2 SSD quadratic form); kernels from mk/kernels/retention", retention),
     ("paged", "paged decode attention over a page table (one query token per sequence, length-masked, GQA); "
      "kernels from mk/kernels/paged_attention", paged),
     ("attention", "flash attention with online softmax over key blocks (causal or not, MHA and GQA; TPU, and GPU "
