@@ -72,7 +72,8 @@ _CONCEPTS: tuple[tuple[str, str], ...] = (
     ("partial tile | partial block | last tile | last block | edge | ragged | remainder | not multiple | not divisible | "
      "divide evenly | uneven | padding | pad | out of bounds | garbage | nonsense | undefined values",
      "block shape not divide evenly out-of-bounds padded unspecified garbage discarded"),
-    ("loop | for each block | for each tile | iterate | grid step", "grid program_id iteration loop"),
+    # (tpu/details.rst "Control flow": cond, fori_loop and for_loop inside a kernel)
+    ("loop | for each block | for each tile | iterate | grid step", "grid program_id iteration loop control flow fori_loop"),
     ("which block | which tile | index map | index function | block index", "index_map BlockSpec block indices program_id"),
     # --- dynamic and sparse access: tpu/sparse.md, tpu/details.rst "Placing operands in SMEM"
     ("out of order | data-dependent | data dependent | dynamic index | dynamic slice | dynamic block | lookup | look up | gather | "
@@ -106,6 +107,8 @@ _CONCEPTS: tuple[tuple[str, str], ...] = (
     # --- tracing and compilation: jit-compilation.md, aot.md
     ("recompile | recompiles | recompilation | retrace | every call | each call | different size | different shape | compile cache | caching",
      "jit caching cached recompilation static_argnums tracing shapes"),
+    ("first call | first run | first time | warm up | warmup | compile time | compilation time | slow start",
+     "compilation overhead first call jit cached compile"),
     ("static | concrete | python int | python value | python control flow | depends on value | traced value | tracer",
      "static_argnums static_argnames tracing concrete abstract tracer"),
     ("ahead of time | ahead-of-time | aot | lower and compile | serialize | save compiled | reuse compiled | export",

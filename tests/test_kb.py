@@ -176,3 +176,13 @@ def test_vmem_scratch_query_over_jax_docs_returns_pallas_tpu_page(tmp_path):
     kb.add(JAX_DOCS)
     top = kb.search("allocate a VMEM scratch buffer for an accumulator", k=1)[0]
     assert top.doc.startswith("pallas/tpu/"), top
+
+
+@pytest.mark.skipif(not JAX_DOCS.is_dir(), reason=f"{JAX_DOCS} (the JAX docs test corpus) is not present")
+def test_plain_words_reach_the_docs_page_through_its_own_terms(tmp_path):
+    kb = KnowledgeStore.open(tmp_path / "kb", builtin=False)
+    kb.add(JAX_DOCS)
+    # no word of the docs' "Reductions and accumulation" section but "sum": the expansion brings it in
+    titles = [p.title for p in kb.search("keep a running sum across grid steps", k=5)]
+    assert any(t.endswith("Reductions and accumulation") for t in titles), titles
+    assert kb.search("measure where the time goes in my program", k=1)[0].doc == "profiling.md"
