@@ -1,0 +1,76 @@
+"""Typed tiling of the cross-entropy backward kernels: a frozen :class:`Config`, a per-chip default and the space.
+
+Block sizes are requests, fitted by the kernels (TPU: multiples of the sublane
+tile and of 128; GPU: powers of two >= 16), the sizes zero-padded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mk.hardware import get_spec
+from mk.targets import kernel_language
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """x (T, H), W (H, V); ``itemsize`` of x."""
+
+    t: int
+    h: int
+    v: int
+    itemsize: int = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    block_t: int = 256
+    block_v: int = 512
+    num_warps: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("block_t", "block_v"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not 8 <= v <= 8192:
+                raise ValueError(f"{name} must be an int in [8, 8192], got {v!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
+
+    def check(self, target: str) -> None:
+        if kernel_language(target) == "mosaic" and (self.block_t % 8 or self.block_v % 128):
+            raise ValueError(f"TPU blocks: block_t a multiple of 8, block_v of 128, got {self}")
+        if kernel_language(target) == "triton" and any(b & (b - 1) or b < 16 for b in (self.block_t, self.block_v)):
+            raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
+
+    def kwargs(self, target: str) -> dict[str, Any]:
+        if kernel_language(target) == "mosaic":
+            return {"block_t": self.block_t, "block_v": self.block_v}
+        return {"block_t": self.block_t, "block_v": self.block_v, "num_warps": self.num_warps}
+
+
+def _tpu_bytes(s: Shapes, bt: int, bv: int) -> int:
+    """VMEM of one step: x and W tiles double-buffered, the f32 logits tile and its dlogits block."""
+    return 2 * (bt * s.h + s.h * bv) * s.itemsize + 3 * bt * bv * 4
+
+
+def default(chip: str, shapes: Shapes) -> Config:
+    """TPU: the largest (block_t, block_v) fitting a quarter of VMEM; GPU: 32 x 64 tiles."""
+    spec = get_spec(chip)
+    if spec.kind == "tpu":
+        budget = (spec.vmem_bytes or 16 << 20) // 4
+        best = (8, 128)
+        for bt in (8, 16, 64, 128, 256, 512):
+            for bv in (128, 256, 512, 1024, 2048):
+                if _tpu_bytes(shapes, bt, bv) <= budget:
+                    best = max(best, (bt, bv), key=lambda p: p[0] * p[1])
+        return Config(block_t=best[0], block_v=best[1])
+    return Config(block_t=32, block_v=64, num_warps=4)
+
+
+def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
+    if kernel_language(target) == "mosaic":
+        out: dict[str, list[Any]] = {"block_t": [128, 256], "block_v": [256, 512, 1024]}
+    else:
+        out = {"block_t": [16, 32, 64], "block_v": [32, 64, 128], "num_warps": [4, 8]}
+    return out
