@@ -10,11 +10,11 @@ from mk.kernels import flash_attention as fa
 from mk.targets import get_target
 
 
-def _inputs(b, h, hkv, s, d, dtype, bias_shape, seed=0):
+def _inputs(b, h, hkv, s, d, dtype, bias_shape, seed=0, dv=None):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((b, h, s, d), np.float32)
     k = rng.standard_normal((b, hkv, s, d), np.float32)
-    v = rng.standard_normal((b, hkv, s, d), np.float32)
+    v = rng.standard_normal((b, hkv, s, dv or d), np.float32)
     bias = None if bias_shape is None else rng.standard_normal(bias_shape, np.float32)
     cast = lambda x: None if x is None else jnp.asarray(x, dtype)  # noqa: E731
     return cast(q), cast(k), cast(v), cast(bias)
@@ -25,16 +25,17 @@ CASES = [  # (batch, heads, kv heads, seq, head_dim, dtype, bias shape, causal)
     (2, 4, 2, 128, 32, jnp.float32, (1, 4, 128, 128), False),
     (1, 2, 1, 256, 128, jnp.bfloat16, (1, 2, 256, 256), True),
     (2, 2, 2, 128, 64, jnp.float32, (2, 1, 1, 128), True),
+    (1, 2, 2, 128, 48, jnp.bfloat16, None, True, 32),  # MLA: value head_dim differs from the query/key one
 ]
 
 
 @pytest.mark.parametrize("target", ["tpu", "gpu"])
 @pytest.mark.parametrize("schedule", sorted(fa.SCHEDULES))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"h{c[1]}kv{c[2]}s{c[3]}d{c[4]}{jnp.dtype(c[5]).name}"
-                         f"{'bias' if c[6] else ''}{'causal' if c[7] else ''}")
+                         f"{'bias' if c[6] else ''}{'causal' if c[7] else ''}{'dv' if len(c) > 8 else ''}")
 def test_matches_reference(target, schedule, case):
-    b, h, hkv, s, d, dtype, bias_shape, causal = case
-    q, k, v, bias = _inputs(b, h, hkv, s, d, dtype, bias_shape)
+    b, h, hkv, s, d, dtype, bias_shape, causal, *dv = case
+    q, k, v, bias = _inputs(b, h, hkv, s, d, dtype, bias_shape, dv=dv[0] if dv else None)
     want = np.asarray(fa.reference(q, k, v, bias, scale=d ** -0.5, causal=causal), np.float32)
     small = fa.Config(block_q=128, block_k=128) if target == "tpu" else fa.Config(block_q=32, block_k=64)
     fn = lambda *a: fa.flash_attention(*a, target=target, scale=d ** -0.5, causal=causal,  # noqa: E731

@@ -1,7 +1,7 @@
 """Flash attention on GPU (Pallas Triton): ``softmax(q k^T * scale + bias [causal]) v``.
 
 The same computation as :mod:`mk.kernels.flash_attention.tpu` (q (B, H, Sq, D),
-k/v (B, Hkv, Sk, D), an optional rank-4 bias broadcastable to (B, H, Sq, Sk)).
+k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv), an optional rank-4 bias broadcastable to (B, H, Sq, Sk)).
 One program per (batch*head, query block) loops over key blocks with
 ``lax.fori_loop`` (Triton has no scratch memory). Two schedules:
 
@@ -103,7 +103,7 @@ def _one_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
 
     n_full, n_end = _ranges(qi, causal=causal, block_q=block_q, block_k=block_k, nk=nk, kv_len=kv_len)
     carry = (jnp.full((block_q,), _MASKED, jnp.float32), jnp.zeros((block_q,), jnp.float32),
-             jnp.zeros((block_q, q.shape[1]), jnp.float32))
+             jnp.zeros((block_q, v_ref.shape[1]), jnp.float32))
     carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
     carry = lax.fori_loop(n_full, n_end, functools.partial(step, masked=True), carry)
     _, l, acc = carry
@@ -136,7 +136,7 @@ def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
         return acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
                                      preferred_element_type=jnp.float32)
 
-    acc = jnp.zeros((block_q, q.shape[1]), jnp.float32)
+    acc = jnp.zeros((block_q, v_ref.shape[1]), jnp.float32)
     acc = lax.fori_loop(0, n_full, functools.partial(accumulate, masked=False), acc)
     acc = lax.fori_loop(n_full, n_end, functools.partial(accumulate, masked=True), acc)
     o_ref[...] = acc.astype(o_ref.dtype)
@@ -145,19 +145,21 @@ def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
 def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, num_warps, num_stages):
     batch, heads, seq, head_dim = q.shape
     kv_batch, kv_heads, kv_seq, kv_dim = k.shape
-    if v.shape != k.shape or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
-        raise ValueError(f"expected q (B, H, Sq, D), k/v (B, Hkv, Sk, D) with H a multiple of Hkv, got {q.shape=}, "
+    if v.shape[:3] != k.shape[:3] or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
+        raise ValueError(f"expected q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) with H a multiple of Hkv, got {q.shape=}, "
                          f"{k.shape=}, {v.shape=}")
     group = heads // kv_heads
     block_q, q_pad = _block(seq, block_q)
     block_k, kv_pad = _block(kv_seq, block_k)
-    d_pad = max(16, 1 << (head_dim - 1).bit_length())
+    v_dim = v.shape[3]
+    d_pad, dv_pad = (max(16, 1 << (n - 1).bit_length()) for n in (head_dim, v_dim))
     q = jnp.pad(q, ((0, 0), (0, 0), (0, q_pad - seq), (0, d_pad - head_dim)))
-    k, v = (jnp.pad(t, ((0, 0), (0, 0), (0, kv_pad - kv_seq), (0, d_pad - head_dim))) for t in (k, v))
+    k = jnp.pad(k, ((0, 0), (0, 0), (0, kv_pad - kv_seq), (0, d_pad - head_dim)))
+    v = jnp.pad(v, ((0, 0), (0, 0), (0, kv_pad - kv_seq), (0, dv_pad - v_dim)))
     in_specs = [
         pl.BlockSpec((None, None, block_q, d_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
         pl.BlockSpec((None, None, kv_pad, d_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
-        pl.BlockSpec((None, None, kv_pad, d_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
+        pl.BlockSpec((None, None, kv_pad, dv_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
     ]
     args = [q, k, v]
     if bias is not None:
@@ -175,11 +177,11 @@ def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, 
                           block_k=block_k, nk=kv_pad // block_k, kv_len=kv_seq, has_bias=bias is not None),
         grid=(batch * heads, q_pad // block_q),
         in_specs=in_specs,
-        out_specs=pl.BlockSpec((None, None, block_q, d_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        out_specs=pl.BlockSpec((None, None, block_q, dv_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
+        out_shape=jax.ShapeDtypeStruct((batch, heads, q_pad, dv_pad), q.dtype),
         compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
     )(*args)
-    return out[:, :, :seq, :head_dim]
+    return out[:, :, :seq, :v_dim]
 
 
 def flash_attention_gpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=64, block_k=64,

@@ -1,6 +1,6 @@
 """Flash attention on TPU (Mosaic): ``softmax(q k^T * scale + bias [causal]) v`` with an online softmax.
 
-q (B, H, Sq, D), k/v (B, Hkv, Sk, D) (grouped-query attention when Hkv < H:
+q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) (grouped-query attention when Hkv < H:
 query head h reads kv head h // (H // Hkv)), an optional additive score bias
 of rank 4 broadcastable to (B, H, Sq, Sk) (its size-1 axes are read
 repeatedly, never materialised). Two schedules over the same step:
@@ -62,8 +62,8 @@ def _scores(q, k, bias, *, scale, score_dtype):
 def _fit(q, k, v, bias, block_q, block_k):
     batch, heads, seq, head_dim = q.shape
     kv_batch, kv_heads, kv_seq, kv_dim = k.shape
-    if v.shape != k.shape or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
-        raise ValueError(f"expected q (B, H, Sq, D), k/v (B, Hkv, Sk, D) with H a multiple of Hkv, got {q.shape=}, "
+    if v.shape[:3] != k.shape[:3] or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
+        raise ValueError(f"expected q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) with H a multiple of Hkv, got {q.shape=}, "
                          f"{k.shape=}, {v.shape=}")
     arrays = (q, k, v) if bias is None else (q, k, v, bias)
     if bias is not None:
@@ -139,8 +139,10 @@ def flash_attention_tpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=
     def last(i, j):  # causal: key blocks past the diagonal repeat the last one needed (no new fetch)
         return jnp.minimum(j, (i * block_q + block_q - 1) // block_k) if causal else j
 
-    kv_spec = pl.BlockSpec((1, 1, block_k, head_dim), lambda b, h, i, j: (b, h // group, last(i, j), 0))
-    in_specs = [pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)), kv_spec, kv_spec]
+    v_dim = v.shape[3]
+    in_specs = [pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
+                pl.BlockSpec((1, 1, block_k, head_dim), lambda b, h, i, j: (b, h // group, last(i, j), 0)),
+                pl.BlockSpec((1, 1, block_k, v_dim), lambda b, h, i, j: (b, h // group, last(i, j), 0))]
     args = [q, k, v]
     if bias is not None:
         in_specs.append(_bias_spec(bias, block_q, block_k, lambda b, h, i, j: (b, h, i, last(i, j))))
@@ -150,10 +152,10 @@ def flash_attention_tpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=
                           block_k=block_k, nk=nk, has_bias=bias is not None),
         grid=(batch, heads, seq // block_q, nk),
         in_specs=in_specs,
-        out_specs=pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        out_specs=pl.BlockSpec((1, 1, block_q, v_dim), lambda b, h, i, j: (b, h, i, 0)),
+        out_shape=jax.ShapeDtypeStruct((batch, heads, seq, v_dim), q.dtype),
         scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
-                        pltpu.VMEM((block_q, head_dim), jnp.float32)],
+                        pltpu.VMEM((block_q, v_dim), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
     )(*args)
 
@@ -189,7 +191,7 @@ def _loop_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bi
         return m_new, l, acc
 
     carry = (jnp.full((block_q, 1), _MASKED, jnp.float32), jnp.zeros((block_q, 1), jnp.float32),
-             jnp.zeros((block_q, q.shape[1]), jnp.float32))
+             jnp.zeros((block_q, v_ref.shape[3]), jnp.float32))
     if causal:  # blocks wholly at or below the diagonal unmasked, the ones it crosses masked, the rest never read
         n_full = jnp.minimum((qi * block_q + 1) // block_k, nk)
         n_end = jnp.minimum(((qi + 1) * block_q + block_k - 1) // block_k, nk)
@@ -208,8 +210,10 @@ def flash_attention_tpu_loop(q, k, v, bias=None, *, scale, causal=False, score_d
     kv_heads, kv_seq = k.shape[1], k.shape[2]
     group = heads // max(1, kv_heads)
     block_q, block_k = _fit(q, k, v, bias, block_q, block_k)
-    kv_spec = pl.BlockSpec((1, 1, kv_seq, head_dim), lambda b, h, i: (b, h // group, 0, 0))
-    in_specs = [pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i: (b, h, i, 0)), kv_spec, kv_spec]
+    v_dim = v.shape[3]
+    in_specs = [pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i: (b, h, i, 0)),
+                pl.BlockSpec((1, 1, kv_seq, head_dim), lambda b, h, i: (b, h // group, 0, 0)),
+                pl.BlockSpec((1, 1, kv_seq, v_dim), lambda b, h, i: (b, h // group, 0, 0))]
     args = [q, k, v]
     if bias is not None:
         in_specs.append(_bias_spec(bias, block_q, kv_seq, lambda b, h, i: (b, h, i, 0)))
@@ -219,7 +223,7 @@ def flash_attention_tpu_loop(q, k, v, bias=None, *, scale, causal=False, score_d
                           block_k=block_k, nk=kv_seq // block_k, has_bias=bias is not None),
         grid=(batch, heads, seq // block_q),
         in_specs=in_specs,
-        out_specs=pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i: (b, h, i, 0)),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        out_specs=pl.BlockSpec((1, 1, block_q, v_dim), lambda b, h, i: (b, h, i, 0)),
+        out_shape=jax.ShapeDtypeStruct((batch, heads, seq, v_dim), q.dtype),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel")),
     )(*args)
