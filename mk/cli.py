@@ -75,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         for action in parser._subparsers._group_actions if parser._subparsers else ():
             for sub in getattr(action, "choices", {}).values():
                 sub.error = json_error
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own parser, so its usage (not the top-level one) is shown
+        subs = parser._subparsers._group_actions[0].choices if parser._subparsers else {}
+        owner = subs.get(getattr(args, "command", None) or "", parser)
+        owner.error(f"unrecognized arguments: {' '.join(extra)} (see `mk {args.command or ''} --help`)".replace("mk  ", "mk "))
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)], format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()

@@ -124,7 +124,7 @@ def test_hitl_unknown_answer_lists_the_choices(files, monkeypatch, capsys):
     code = main(["hitl", str(files / "task_tanh.py"), "--lm", "offline", "--target", "tpu", "--scale", "ci",
                  "--db", str(files / "h.duckdb"), "--out", str(files / "out")])
     out = " ".join(capsys.readouterr().out.split())
-    assert code == 1 and "unknown answer 'help'" in out and "q stops" in out
+    assert code == 0 and "unknown answer 'help'" in out and "q stops" in out
 
 
 def test_unusable_lm_is_a_usage_error_and_fails_the_run(files, capsys, monkeypatch):

@@ -27,7 +27,10 @@ CHOICES = {"a": "approve", "approve": "approve", "": "approve", "e": "edit", "ed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("hitl", help="optimise a task with a person approving, editing or redoing each phase")
+    p = sub.add_parser("hitl", help="optimise a task with a person approving, editing or redoing each phase",
+                       epilog="exit status: 0 with a correct kernel, or when you quit (q; the run is kept as interrupted "
+                              "and --resume RUN_ID continues it); 1 when the session ended with no correct kernel; "
+                              "130 on Ctrl-C; 2 for bad input")
     p.add_argument("task", nargs="?", help="an mk task module, a MaxKernel task dir, a JAXBench baseline.py or jaxbench:<id>")
     p.add_argument("--resume", metavar="RUN_ID", default=None, help="continue the HITL session of this run from the store")
     from mk.targets import target_names
@@ -178,7 +181,7 @@ def _finish(console: Any, session: Any, args: argparse.Namespace, status: str | 
     report = write_outputs(session.run, outcome, args.out)
     if report.kernel_path is None:
         console.print(f"no correct kernel yet; report: {report.report_path}; run: {session.run_id}", soft_wrap=True)
-        return 1
+        return 0 if status == "interrupted" else 1  # a quit is the person's choice, not a failure: exit 0, resumable
     best = session.best
     speed = f"{best.speedup:.2f}x" if best.speedup is not None else "not measured (no device of this kind here)"
     console.print(f"[bold]correct[/]: best {best.proposal}, speedup {speed}; kernel: {report.kernel_path}; "
