@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from mk import __version__
 from mk.errors import ArgumentError, ConfigError, EnvelopeError, FallbackWarning, MkError
 from mk.harness.envelope import Envelope
+from mk.harness.gradient import BACKWARD_ENTRY, declares_backward
 from mk.job import OptimizeReport, optimize_task
 from mk.loaders.callable import CallSpec, callable_task, computation_hash
 from mk.task import Task
@@ -53,9 +54,9 @@ class OptimizedFunction:
     has none, its value from the optimisation. Under ``jax.jit`` mark them static as usual:
     ``jax.jit(fast, static_argnames=("temperature",))``.
 
-    Transformations: the kernel is wrapped in a ``jax.custom_vjp`` whose backward pass is the reference's VJP
-    (``jax.vjp(fn)``), since no verified backward kernel exists today; so ``jax.grad`` / ``jax.vjp`` give the
-    reference's gradients, forward-mode ``jax.jvp`` is refused by JAX (use ``self.reference``). Under
+    Transformations: the kernel is wrapped in a ``jax.custom_vjp`` whose backward pass is the written file's
+    judged backward kernel (``kernel_bwd``) when it has one, else the reference's VJP (``jax.vjp(fn)``); either
+    way ``jax.grad`` / ``jax.vjp`` give the reference's gradients (within the judge's tolerance), forward-mode ``jax.jvp`` is refused by JAX (use ``self.reference``). Under
     ``jax.vmap`` the batched shapes were never verified, so the batched call runs the reference (decided
     when the batch is traced; counted in ``self.calls["batched"]``).
 
@@ -87,12 +88,16 @@ class OptimizedFunction:
         self._compiled: dict[str, Callable[..., Any]] = {}
         self._out_trees: dict[Any, Any] = {}
         self._kernel = None
+        self._kernel_bwd = None  # the written file's judged backward (BACKWARD_ENTRY), when it defines one
         self._programs: dict[str, str | None] = {}
         self._verified_program: str | None = None
         if source:
             namespace: dict[str, Any] = {}
             exec(compile(source, report.kernel_path or f"<mk kernel {task.name}>", "exec"), namespace)  # noqa: S102 - judged
             self._kernel = namespace["kernel"]
+            # only a backward the judge saw declared (and so traced and checked against the reference's VJP)
+            if declares_backward(source) and callable(namespace.get(BACKWARD_ENTRY)):
+                self._kernel_bwd = namespace[BACKWARD_ENTRY]
 
     def __repr__(self) -> str:
         state = "kernel" if self._kernel is not None else "no kernel"
@@ -252,12 +257,13 @@ class OptimizedFunction:
         return self._out_trees[sig]
 
     def _build(self, static: dict[str, Any]) -> Callable[..., Any]:
-        """The jitted kernel for these statics: a custom_vjp (backward: the reference's VJP) around a
-        custom_vmap (batched: the reference)."""
+        """The jitted kernel for these statics: a custom_vjp around a custom_vmap (batched: the reference). Its
+        backward is the written file's ``kernel_bwd`` (judged against the reference's VJP, see
+        :func:`mk.harness.gradient`) when it defines one, else the reference's VJP."""
         import jax
         from jax import custom_batching
 
-        spec, kernel, reference = self.spec, self._kernel, self.reference
+        spec, kernel, reference, kernel_bwd = self.spec, self._kernel, self.reference, self._kernel_bwd
 
         def kernel_flat(*leaves: Any) -> tuple[Any, ...]:
             return tuple(jax.tree_util.tree_leaves(spec.call(kernel, leaves, static)))
@@ -283,7 +289,15 @@ class OptimizedFunction:
             return primal(*leaves), leaves
 
         def bwd(leaves: tuple[Any, ...], cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
-            return jax.vjp(reference_flat, *leaves)[1](cotangents)
+            if kernel_bwd is None:
+                return jax.vjp(reference_flat, *leaves)[1](cotangents)
+            # the residuals are the inputs: the written backward recomputes what it needs (row statistics, the lse)
+            ct = cotangents[0] if len(cotangents) == 1 else tuple(cotangents)
+            grads = tuple(spec.call(functools.partial(kernel_bwd, ct), leaves, static))
+            if len(grads) != len(leaves):
+                raise MkError(f"{self.task.name}: the kernel's backward returned {len(grads)} cotangents for "
+                              f"{len(leaves)} inputs", hint="the judge checks this; re-run mk.optimize with cache=False")
+            return tuple(None if g is None or not _differentiable(x) else g for g, x in zip(grads, leaves))
 
         run.defvjp(fwd, bwd)
         return jax.jit(run)
@@ -295,6 +309,12 @@ class OptimizedFunction:
         self._warned.add(why)
         log.info("mk: %s: %s; running the reference", self.task.name, why)
         warnings.warn(f"mk: {self.task.name}: {why}; running the reference", FallbackWarning, stacklevel=3)
+
+
+def _differentiable(x: Any) -> bool:
+    import jax.numpy as jnp
+
+    return jnp.issubdtype(x.dtype, jnp.inexact)
 
 
 def _static_key(static: Mapping[str, Any]) -> str:

@@ -190,6 +190,7 @@ def evaluate(
         reason = (f"all {len(run.suite.cases)} cases match the reference (and {extra} from a fresh random seed"
                   + (f", {len(sizes)} of them at fresh sizes {' and '.join(sizes)})" if len(sizes) > 1 else
                      f", one of them at a fresh size {sizes[0]})" if sizes else ")"))
+        reason += gradient_check(run)  # a written backward against the reference's VJP (mk/harness/gradient.py)
         timing_res, cost_res = _time_and_cost(run)
     except _Verdict as v:
         status, reason, error = v.status, v.reason, v.error
@@ -217,6 +218,12 @@ def evaluate(
 
 
 # --- the pipeline -------------------------------------------------------------------
+def gradient_check(run: _Run) -> str:
+    from mk.harness import gradient
+
+    return gradient.check(run)
+
+
 def _spawn(target: Target, memory_mb: int) -> tuple[dict[str, str], Any, Child, Child]:
     """A tracer (isolated; a warm spare when one waits) and the runner, started before the suite is built."""
     from mk.harness import isolation, pool
@@ -342,7 +349,7 @@ def _check_programs(run: _Run) -> None:
     import jax
     from jax import export
 
-    from mk.harness import program
+    from mk.harness import gradient, program
 
     for scale in run.scales:
         facts = run.programs[scale]
@@ -421,6 +428,7 @@ def _check_programs(run: _Run) -> None:
         dest = run.rdir / f"{scale}.reference.export"
         dest.write_bytes(_refs(run).export(scale, platforms))
         refs[scale] = _rel(run.runner, dest)
+    gradient.check_programs(run, copied)  # a written backward's programs (mk/harness/gradient.py)
     loaded = run.runner.ask({"op": "load", "programs": copied, "reference": refs, "on_device": run.on_device},
                             run.timeouts.import_s, "loading the programs")
     if not loaded.get("ok"):
@@ -669,8 +677,10 @@ def _spec(run: _Run) -> dict[str, Any]:
             raise TaskError(f"task {task.name!r}: {exc}", hint="use JSON-able static values (numbers, strings, tuples, dtypes)") from None
         structs = [[list(s.shape), np.dtype(s.dtype).name] for s in task.arg_structs(name)]
         scales.append({"name": name, "static": static, "structs": structs})
+    from mk.harness import gradient
+
     return {"entry": run.cand.entry, "target": run.target.name, "config": run.config, "static_as_kwargs": task.static_as_kwargs,
-            "static_names": [s.name for s in task.static], "scales": scales}
+            "static_names": [s.name for s in task.static], "scales": scales, **gradient.spec_fields(run)}
 
 
 def _envelope(task: Task, suite: FrozenSuite) -> dict[str, Any]:

@@ -81,6 +81,7 @@ def norm_bwd_gpu(x, w, b, g, *, kind, eps, block_rows=16, num_warps=4):
         in_specs=[row, row] + [pl.BlockSpec((1, dp), lambda i: (0, 0))] * has_w,
         out_specs=[row] + [part] * (has_w + has_b),
         out_shape=out_shape,
+        name="norm_bwd_gpu",
         compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=1),
     )(*ins)
     dx = res[0][:n, :d].reshape(x.shape)

@@ -94,6 +94,7 @@ def norm_bwd_tpu(x, w, b, g, *, kind, eps, block_rows=256):
         in_specs=[row, row] + [whole] * has_w,
         out_specs=[row] + [whole] * (has_w + has_b),
         out_shape=out_shape,
+        name="norm_bwd_tpu",
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
     )(*ins)
     dx = res[0][:n].reshape(x.shape)

@@ -1,0 +1,233 @@
+"""The judge's gradient check: a candidate's written backward (``kernel_bwd``) against the reference's VJP.
+
+A written kernel may carry its backward: a top-level ``def kernel_bwd(cotangent, <the kernel's own arguments>)``
+returning one cotangent per array input of ``kernel`` (None for an integer input), the contract
+``mk.api.OptimizedFunction`` uses in its ``custom_vjp`` (docs/architecture.md). The judge decides from the
+source it holds (:func:`declares_backward`, trusted) that there is one; the tracer (untrusted) then traces it once
+per scale at abstract shapes, with the output cotangent as an input, and exports it like the forward (a target
+program and a CPU form with every ``pallas_call`` interpreted). Here (trusted side):
+
+* :func:`check_programs` reads those programs as the forward's are read (no foreign custom calls, no custom calls in
+  the CPU form, a kernel present when Pallas is required; one gradient per floating input with that input's shape
+  and dtype) and hands them to the runner;
+* :func:`check` runs, for every scale of the evaluation (held-out and fresh sizes included), one case on fresh
+  inputs and a fresh random cotangent (both from a secret seed), in the runner, and compares each gradient with
+  ``jax.vjp`` of the reference computed here: within ``GRAD_TOL`` of the largest reference gradient (the task's own
+  tolerance where looser), against the reference at the task's dtypes or, for 16-bit inputs, the same reference
+  run in float32 (a backward that keeps f32 statistics is closer to that one).
+
+A candidate whose backward is wrong is ``incorrect``; one whose backward cannot be traced or exported fails the
+compile check. The forward is judged exactly as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import secrets
+import shutil
+from typing import Any
+
+import numpy as np
+
+#: the optional entry of a written file that computes the kernel's backward
+BACKWARD_ENTRY = "kernel_bwd"
+#: the largest gradient error allowed, relative to the largest reference gradient of that input (per input)
+GRAD_TOL = {"low": 2e-2, "f32": 1e-3}
+
+
+def declares_backward(source: str) -> bool:
+    """Whether ``source`` defines ``kernel_bwd`` at its top level (a ``def``, or a plain assignment to the name)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == BACKWARD_ENTRY:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == BACKWARD_ENTRY for t in node.targets):
+            return True
+    return False
+
+
+def differentiable(task: Any) -> list[int]:
+    """The indices of the task's floating inputs (those the backward must return a gradient for)."""
+    import jax.numpy as jnp
+
+    from mk.task import np_dtype
+
+    return [i for i, a in enumerate(task.args) if jnp.issubdtype(np_dtype(a.dtype), jnp.inexact)]
+
+
+def spec_fields(run: Any) -> dict[str, Any]:
+    """What the tracer's spec gains when the candidate declares a backward: the entry's name and, per scale, the
+    reference's output shapes (the cotangent's)."""
+    import jax
+
+    if not declares_backward(run.cand.source):
+        return {}
+    outs = {}
+    for name in run.scales:
+        leaves = jax.tree_util.tree_leaves(run.task.output_structs(name))
+        outs[name] = [[list(o.shape), np.dtype(o.dtype).name] for o in leaves]
+    return {"backward": {"entry": BACKWARD_ENTRY, "outputs": outs, "grads": differentiable(run.task)}}
+
+
+def check_programs(run: Any, copied: dict[str, dict[str, str]]) -> None:
+    """Read each scale's exported backward programs (rules as for the forward) and add them to ``copied`` (the runner's
+    load request) as forms ``bwd_target`` and ``bwd_cpu``."""
+    from jax import export
+
+    from mk.harness import program
+    from mk.harness.evaluate import _read_regular, _rel, _Verdict
+
+    if not declares_backward(run.cand.source):
+        return
+    want = differentiable(run.task)
+    for scale in run.scales:
+        facts = run.programs[scale].get("backward")
+        if not isinstance(facts, dict):
+            raise _Verdict("compile_error", f"the candidate defines {BACKWARD_ENTRY} but no backward program was exported at "
+                                            f"scale {scale}")
+        if facts.get("error"):
+            raise _Verdict("compile_error", f"the candidate's {BACKWARD_ENTRY} failed the {run.target.name} compile check at "
+                                            f"scale {scale}: {str(facts['error'])[:600]}")
+        exported = {}
+        for form in ("target", "cpu"):
+            name = facts.get(f"{form}_file")
+            if form == "cpu" and name is None and (run.on_device or run.target.host):
+                continue
+            if not isinstance(name, str) or "/" in name or name.startswith("."):
+                raise _Verdict("compile_error", f"no {form} program of {BACKWARD_ENTRY} at scale {scale} "
+                                                f"({facts.get('cpu_error') or 'not exported'})")
+            try:
+                exported[form] = export.deserialize(bytearray(_read_regular(run.tracer.workdir / name)))
+            except _Verdict:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the tracer's file, not mk's bug
+                raise _Verdict("crashed", f"the tracer's backward {form} program at scale {scale} is not a readable "
+                                          f"jax.export artifact ({type(exc).__name__})") from None
+        sites = program.custom_calls(exported["target"].mlir_module())
+        foreign = program.foreign_calls(sites, run.target.name)
+        if foreign:
+            raise _Verdict("rejected", f"the backward calls custom code {foreign[0].target!r} at scale {scale}: only "
+                                       f"{run.target.name} kernels may appear as custom calls")
+        if "cpu" in exported and program.custom_calls(exported["cpu"].mlir_module()):
+            raise _Verdict("rejected", f"the CPU form of the backward contains custom calls at scale {scale}")
+        if run.require_pallas and not program.kernel_calls(sites, run.target.name):
+            raise _Verdict("rejected", f"no pallas_call kernel in the backward ({BACKWARD_ENTRY}) lowered for "
+                                       f"{run.target.name} at scale {scale}: a written backward must be a kernel (leave "
+                                       f"{BACKWARD_ENTRY} out to use the reference's VJP)")
+        structs = run.task.arg_structs(scale)
+        avals = exported["target"].out_avals
+        if len(avals) != len(want):
+            raise _Verdict("incorrect", f"{BACKWARD_ENTRY} returns {len(avals)} gradient array(s) at scale {scale}; the "
+                                        f"task has {len(want)} floating input(s), each needs one (None only for integer "
+                                        "inputs)")
+        for i, aval in zip(want, avals):
+            s = structs[i]
+            if tuple(aval.shape) != tuple(s.shape) or np.dtype(aval.dtype) != np.dtype(s.dtype):
+                raise _Verdict("incorrect", f"{BACKWARD_ENTRY}'s gradient of {run.task.args[i].name} at scale {scale} is "
+                                            f"{np.dtype(aval.dtype).name}{list(aval.shape)}, the input is "
+                                            f"{np.dtype(s.dtype).name}{list(s.shape)}")
+        for form in exported:
+            dest = run.rdir / f"{scale}.bwd_{form}.export"
+            dest.write_bytes(_read_regular(run.tracer.workdir / facts[f"{form}_file"]))
+            copied.setdefault(scale, {})[f"bwd_{form}"] = _rel(run.runner, dest)
+
+
+def reference_vjp(task: Any, scale: str, inputs: list[np.ndarray], cotangents: list[np.ndarray], *,
+                  upcast: bool = False) -> list[np.ndarray] | None:
+    """``jax.vjp`` of the task's reference at ``scale`` with respect to its floating inputs (the others held fixed);
+    ``upcast``: 16-bit floating inputs and cotangents in float32 (None when the reference does not run that way)."""
+    import jax
+    import jax.numpy as jnp
+
+    from mk.harness.compare import low_precision
+
+    want = differentiable(task)
+    if upcast:
+        inputs = [x.astype(np.float32) if low_precision(x.dtype) else x for x in inputs]
+        cotangents = [c.astype(np.float32) if low_precision(c.dtype) else c for c in cotangents]
+    ref = task.bind(task.reference, scale)
+
+    def f(*floats: Any) -> Any:
+        xs = list(inputs)
+        for i, v in zip(want, floats):
+            xs[i] = v
+        return ref(*xs)
+
+    try:
+        out, pullback = jax.vjp(f, *[jnp.asarray(inputs[i]) for i in want])
+        tree = jax.tree_util.tree_structure(out)
+        cts = jax.tree_util.tree_unflatten(tree, [jnp.asarray(c, dtype=o.dtype) for c, o in
+                                                  zip(cotangents, jax.tree_util.tree_leaves(out))])
+        return [np.asarray(g) for g in jax.jit(pullback)(cts)]
+    except Exception:  # noqa: BLE001 - only the upcast form may fail (the plain one is the reference itself)
+        if upcast:
+            return None
+        raise
+
+
+def compare(expected: list[np.ndarray], got: list[np.ndarray], tol: float) -> tuple[bool, float, int]:
+    """(ok, worst error relative to the input's largest reference gradient, which gradient)."""
+    worst, where = 0.0, 0
+    for k, (e, g) in enumerate(zip(expected, got)):
+        if tuple(e.shape) != tuple(g.shape):
+            return False, float("inf"), k
+        e64, g64 = e.astype(np.float64), g.astype(np.float64)
+        if not np.all(np.isfinite(g64[np.isfinite(e64)])):
+            return False, float("inf"), k
+        scale = max(float(np.max(np.abs(e64), initial=0.0)), 1e-30)
+        err = float(np.max(np.abs(e64 - g64), initial=0.0)) / scale
+        if err > worst:
+            worst, where = err, k
+    return worst <= tol, worst, where
+
+
+def check(run: Any) -> str:
+    """Run the written backward on one fresh case per scale and compare it with the reference's VJP; raises the
+    judge's verdict on a mismatch. Returns the verdict's words ("" without a backward)."""
+    from mk.harness.arrays import load_arrays, save_arrays
+    from mk.harness.compare import low_precision
+    from mk.harness.evaluate import _last_line, _rel, _Verdict
+    from mk.harness.suite import Case
+    from mk.task import np_dtype
+
+    if not declares_backward(run.cand.source):
+        return ""
+    want = differentiable(run.task)
+    form = "bwd_target" if run.on_device or run.target.host else "bwd_cpu"
+    worst_all = 0.0
+    for scale in run.scales:
+        case = Case(scale, secrets.randbelow(2**31), "normal", note="gradient")
+        inputs = run.suite.inputs(run.task, case)
+        rng = np.random.default_rng(secrets.randbelow(2**63))
+        import jax
+
+        outs = jax.tree_util.tree_leaves(run.task.output_structs(scale))
+        cts = [rng.standard_normal(tuple(o.shape)).astype(np.float32).astype(o.dtype) for o in outs]
+        what = f"the backward ({BACKWARD_ENTRY}) on a fresh case at scale {scale} (seed {case.seed})"
+        folder = run.rdir / f"grad_{scale}_{secrets.token_hex(4)}"
+        folder.mkdir()
+        save_arrays(folder, "in", [*inputs, *cts])
+        reply = run.runner.ask({"op": "case", "scale": scale, "dir": _rel(run.runner, folder), "form": form},
+                               run.timeouts.case_s * (1 if run.on_device else 20.0), what)
+        if not reply.get("ok"):
+            raise _Verdict("incorrect", f"{what} raised {_last_line(str(reply.get('error', '')))}")
+        got = load_arrays(folder, "out")
+        shutil.rmtree(folder, ignore_errors=True)
+        low = any(low_precision(np_dtype(run.task.args[i].dtype)) for i in want) or any(low_precision(c.dtype) for c in cts)
+        atol, rtol = run.task.tolerance.for_output(0)
+        tol = max(GRAD_TOL["low" if low else "f32"], min(atol, rtol))
+        expected = reference_vjp(run.task, scale, inputs, cts)
+        ok, worst, k = compare(expected, got, tol)
+        if not ok and low:
+            f32 = reference_vjp(run.task, scale, inputs, cts, upcast=True)
+            if f32 is not None:
+                ok, worst, k = compare(f32, [g.astype(np.float32) for g in got], tol)
+        if not ok:
+            raise _Verdict("incorrect", f"{what}: the gradient of {run.task.args[want[k]].name} differs from the "
+                                        f"reference's VJP by {worst:.3g} of its largest value (allowed {tol:.3g})")
+        worst_all = max(worst_all, worst)
+    return (f"; its backward ({BACKWARD_ENTRY}) matches the reference's VJP on {len(run.scales)} fresh cases "
+            f"(worst {worst_all:.2g} of the largest gradient)")
