@@ -93,6 +93,26 @@ def record_plan(store: Any, *, task: Any, target: str, plan: str, speedup: float
         return None
 
 
+class LessonBuffer:
+    """Lessons for a process that holds no store (a search worker): it reads the live lessons it was given and
+    keeps the new ones for the process that writes the store (``new``: :meth:`mk.store.Store.add_lesson`'s keywords,
+    without ``run_id``/``node_id``, which the writer fills)."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = ()):
+        self.rows = [dict(r) for r in rows]
+        self.new: list[dict[str, Any]] = []
+
+    def lessons(self, *, kind: str | None = None, target: str | None = None, dropped: bool = False) -> list[dict[str, Any]]:
+        return [r for r in self.rows if (kind is None or r.get("kind") == kind) and (target is None or r.get("target") == target)
+                and (dropped or not r.get("dropped"))]
+
+    def add_lesson(self, **row: Any) -> str:
+        kept = {k: v for k, v in row.items() if k not in ("run_id", "node_id")}
+        self.new.append(kept)
+        self.rows.insert(0, {**kept, "run_id": row.get("run_id"), "node_id": row.get("node_id"), "dropped": False})
+        return f"pending-{len(self.new)}"
+
+
 def rank(query: str, lessons: Iterable[dict[str, Any]], k: int = 3) -> list[dict[str, Any]]:
     """The ``k`` lessons sharing the most meaningful identifiers with ``query`` (rare ones count more)."""
     rows = list(lessons)

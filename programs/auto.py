@@ -169,11 +169,15 @@ class Auto:
         max_fixes: int = 2,
         budget: Any = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        lessons: Any = None,
     ):
+        """``lessons``: where lessons are recalled from and kept (the store by default; a search worker, which holds
+        no store, passes a :class:`mk.lessons.LessonBuffer`)."""
         if evaluate is None:
             from mk.harness.evaluate import evaluate
         self.author = as_author(author)
         self.target = target
+        self.lessons = lessons if lessons is not None else store
         self.iterations = iterations
         self.target_speedup = target_speedup
         self.target_roofline = target_roofline
@@ -304,7 +308,7 @@ class Auto:
         from mk.lessons import recall
 
         ctx = self._ctx(traj)
-        ctx.lessons = recall(self.store, reason, kind="fix", target=self.target, exclude_run=traj.run_id)
+        ctx.lessons = recall(self.lessons, reason, kind="fix", target=self.target, exclude_run=traj.run_id)
         fixed = self.author.fix(ctx, a.proposal, error)
         if fixed is None:
             return False
@@ -332,7 +336,7 @@ class Auto:
             if a.fixed_from is not None:  # the last fix resolved the error: a lesson for later runs
                 from mk.lessons import record_fix
 
-                record_fix(self.store, task=traj.task, target=self.target, error=a.fixed_from[0], before=a.fixed_from[1],
+                record_fix(self.lessons, task=traj.task, target=self.target, error=a.fixed_from[0], before=a.fixed_from[1],
                            after=a.proposal.source, run_id=traj.run_id, node_id=a.node_id)
                 a.fixed_from = None
             return PhaseResult("validate", res, True, "compiles and passes a first case")
@@ -397,7 +401,7 @@ class Auto:
         if snap.correct and a.plan is not None:
             from mk.lessons import record_plan
 
-            record_plan(self.store, task=traj.task, target=self.target, plan=f"{a.plan.name}: {a.plan.text}", speedup=speedup,
+            record_plan(self.lessons, task=traj.task, target=self.target, plan=f"{a.plan.name}: {a.plan.text}", speedup=speedup,
                         run_id=traj.run_id, node_id=a.node_id)
         traj.snapshots.append(snap)
         traj.parent = a.node_id or traj.parent
@@ -423,13 +427,13 @@ class Auto:
 
     def _plan_lessons(self, traj: Trajectory) -> str:
         """Plans that worked in earlier runs on similar tasks for this target (computed once per trajectory)."""
-        if self.store is None:
+        if self.lessons is None:
             return ""
         if traj.plan_lessons is None:
             from mk.lessons import recall, task_words
 
-            traj.plan_lessons = recall(self.store, task_words(traj.task), kind="plan", target=self.target,
-                                       exclude_run=traj.run_id) if self.store.lessons(kind="plan", target=self.target) else ""
+            traj.plan_lessons = recall(self.lessons, task_words(traj.task), kind="plan", target=self.target,
+                                       exclude_run=traj.run_id) if self.lessons.lessons(kind="plan", target=self.target) else ""
         return traj.plan_lessons
 
     def _fail(self, traj: Trajectory, phase: str, status: str, reason: str, res: EvalResult | None = None) -> PhaseResult:

@@ -295,6 +295,7 @@ class Search:
         for s in specs:
             groups.setdefault(s.parent_key, []).append(s)
         known = {h: n.key for n in done.values() for h in n.hashes}
+        lessons = tuple(store.lessons(target=cfg.target))  # read once per level: a worker holds no store
         for parent_key, group in groups.items():
             lineage = self._lineage(parent_key, done)
             lineage_plans = [p for n in lineage for p in n.plans]
@@ -343,7 +344,7 @@ class Search:
                     hint=hint, avoid=tuple(avoid | {plan.name}), known=known, iterations=cfg.iterations, tune=cfg.tune,
                     max_trials=cfg.max_trials, max_fixes=cfg.max_fixes, evaluate=self.evaluate,
                     task_locator=dict(task.locator or {}), scales=tuple(task.scales),
-                    task=task if isinstance(pool, InlinePool) else None, deadline=self._deadline())))
+                    task=task if isinstance(pool, InlinePool) else None, deadline=self._deadline(), lessons=lessons)))
         by_key = {s.key: s for s, _ in jobs}
         for result in pool.run([j for _, j in jobs]):
             rec = self._write(store, run_id, suite, by_key[result.key], result, done)
@@ -420,6 +421,8 @@ class Search:
             # LM calls: the orchestrator's plan call for this node, and every call the worker's author made
             store.execute("UPDATE lm_calls SET node_id = ? WHERE run_id = ? AND node_id = ?", [node_id, run_id, f"pending:{spec.key}"])
             self._store_worker_calls(store, run_id, node_id, result.lm_calls)
+            for row in result.lessons:  # what the node learnt in its worker, kept with its run and node
+                store.add_lesson(**row, run_id=run_id, node_id=node_id)
             for s in result.snapshots:
                 store.add_snapshot(run_id, node_id, s.iteration, code=s.source, plan=s.rationale, status=s.status, speedup=s.speedup,
                                    timings=s.timings, profile=s.profile)

@@ -156,6 +156,8 @@ class NodeJob:
     task: Any = None  # the Task itself, for inline workers only (callables do not cross processes)
     #: wall-clock time (``time.time()``) after which the node stops between phases (the search's time budget)
     deadline: float | None = None
+    #: the store's live lessons for this target (a worker holds no store): recalled by the node's fixer and planner
+    lessons: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -186,6 +188,8 @@ class NodeResult:
     error: str | None = None
     #: the LM calls the node's author made in the worker (mk.lm.LMCall fields), for the orchestrator to store
     lm_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: lessons the node learnt (mk.lessons.LessonBuffer.new), for the orchestrator to keep with the node's id
+    lessons: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def best(self) -> SnapRecord | None:
@@ -239,6 +243,7 @@ def run_node(job: NodeJob) -> NodeResult:
 
 
 def _run_node(job: NodeJob) -> NodeResult:
+    from mk.lessons import LessonBuffer
     from mk.programs.auto import Auto
 
     inner, before = None, 0
@@ -257,8 +262,9 @@ def _run_node(job: NodeJob) -> NodeResult:
             from mk.budget import Budget, BudgetMeter
 
             budget = BudgetMeter(Budget(max_wall_s=max(0.0, job.deadline - time.time())))
+        learnt = LessonBuffer(job.lessons)
         auto = Auto(author, target=job.target, iterations=job.iterations, evaluate=evaluate, store=None, tune=job.tune,
-                    max_trials=job.max_trials, max_fixes=job.max_fixes, budget=budget)
+                    max_trials=job.max_trials, max_fixes=job.max_fixes, budget=budget, lessons=learnt)
         traj = auto.run(task, suite=job.suite)
     except Exception as exc:  # a worker failure is data: the node records it and the search goes on
         log.warning("search node %s failed: %s", job.key, exc)
@@ -276,7 +282,7 @@ def _run_node(job: NodeJob) -> NodeResult:
             result_json=res.model_dump_json() if res is not None else None, task_name=res.task if res is not None else task.name,
         ))
     plans = [s.proposal for s in traj.snapshots]
-    return NodeResult(job.key, plans, snaps, traj.stop_reason, lm_calls=_calls_of(inner, before))
+    return NodeResult(job.key, plans, snaps, traj.stop_reason, lm_calls=_calls_of(inner, before), lessons=learnt.new)
 
 
 def _calls_of(author: Any, before: int = 0) -> list[dict[str, Any]]:

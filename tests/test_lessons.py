@@ -94,3 +94,75 @@ def test_ranking_needs_shared_meaningful_words():
     assert rank("dot_general requires contracting dimensions got (256,) and (3,)", rows, 1)[0]["task"] == "norm"
     assert rank("something else entirely", rows) == []
     assert "256" not in words("shape (256, 3) got 256") and "shape" in words("shape (256, 3)")
+
+
+class _FixingAuthor:
+    """One plan whose code fails to compile; its fixer repairs it (the search's worker learns a fix and a plan)."""
+
+    name = "fixing"
+
+    def __init__(self):
+        self.queue = [("broken", "# broken\nimport jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) @ x\n")]
+        self.fixes = []
+
+    def plan(self, ctx):
+        from mk.programs.auto import Plan
+
+        if not self.queue:
+            return None
+        name, code = self.queue.pop(0)
+        return Plan(name, f"try the {name} formulation of tanh times two", code)
+
+    def implement(self, ctx, plan):
+        from mk.author.proposal import Proposal
+
+        return Proposal(plan.name, plan.data, plan.text, "scripted")
+
+    def fix(self, ctx, proposal, error):
+        from mk.author.proposal import Proposal
+
+        self.fixes.append(ctx.lessons)
+        return Proposal(proposal.name, "# speed 2.0\nimport jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n",
+                        proposal.rationale, "scripted")
+
+    def analyse(self, ctx, report):
+        return ""
+
+
+def _judge(task, candidate, **kw):
+    import test_search_support as sup
+    from mk.harness.results import EvalResult
+
+    if candidate.source.startswith("# broken"):
+        return EvalResult(status="compile_error", reason="candidate failed the cpu compile check: TypeError: dot_general "
+                          "requires contracting dimensions to have the same shape", task=task.name, target="cpu")
+    return sup.stub_evaluate(task, candidate, **kw)
+
+
+def test_a_search_node_keeps_its_lessons_with_its_node_and_a_later_node_recalls_them(tmp_path):
+    """A worker holds no store: the node's fix and plan lessons come back with its result and are kept with the
+    node's id; the next search's worker is given the live lessons and its fixer recalls the fix."""
+    import test_search_support as sup
+    from mk.programs.search import Search
+
+    task = load_task(str(sup.write_task(tmp_path)))
+    with Store.open(tmp_path / "s.duckdb") as store:
+        res = Search(_FixingAuthor, algorithm="parallel", width=1, depth=1, branches=1, target="cpu", workers="inline",
+                     evaluate=_judge, store=store, tune=False).run(task)
+        node = res.nodes[0]
+        assert node.status == "correct"
+        fixes, plans = store.lessons(kind="fix"), store.lessons(kind="plan")
+        assert len(fixes) == 1 and fixes[0]["node_id"] == node.node_id and fixes[0]["run_id"] == res.run_id
+        assert "dot_general" in fixes[0]["problem"] and "+    return jnp.tanh(x) * 2.0" in fixes[0]["lesson"]
+        assert len(plans) == 1 and plans[0]["node_id"] == node.node_id and "broken formulation" in plans[0]["lesson"]
+
+        seen = []
+
+        class Recalling(_FixingAuthor):
+            def fix(self, ctx, proposal, error):
+                seen.append(ctx.lessons)
+                return super().fix(ctx, proposal, error)
+
+        Search(Recalling, algorithm="parallel", width=1, depth=1, branches=1, target="cpu", workers="inline",
+               evaluate=_judge, store=store, tune=False).run(task)
+        assert seen and "+    return jnp.tanh(x) * 2.0" in seen[0] and res.run_id[:12] in seen[0]
