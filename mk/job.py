@@ -61,6 +61,10 @@ def optimize_task(
     out_dir = prepare_output_dir(out)  # checked before the run, so a bad --out does not waste it
     with Store.open(db) as store:
         author, announcement = resolve_author(lm, store=store, budget=meter, explore=explore)
+        if getattr(author, "spec", None) == "offline":
+            from mk.author import covers
+
+            log.info("the rule-based author's kernel families, in the order they are tried:\n%s", covers())
         notice = author.device_notice(target) if hasattr(author, "device_notice") else None
         if on_event:  # said before anything is spent
             on_event("author", {"announcement": announcement + (f"\n{notice}" if notice else "")})

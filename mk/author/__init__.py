@@ -48,9 +48,14 @@ TEMPLATES = (
 #: (Auto does that for any proposal whose template is listed here).
 PURE_JAX = ("rewrite",)
 
-ANNOUNCEMENT = "no model configured; using the built-in rule-based author, which covers: " + "; ".join(
-    desc for _, desc, _ in TEMPLATES
-)
+#: the one line a run prints when no model is configured (the families by name; ``covers()`` says what each does)
+ANNOUNCEMENT = ("no model configured; using the built-in rule-based author (kernel families: "
+                + ", ".join(name for name, _, _ in TEMPLATES) + "; `mk optimize -v` logs what each covers)")
+
+
+def covers() -> str:
+    """What each of the offline author's families covers, one line each, in the order they are tried."""
+    return "\n".join(f"{name}: {desc}" for name, desc, _ in TEMPLATES)
 
 
 @dataclass
