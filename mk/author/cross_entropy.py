@@ -273,18 +273,18 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         space = _gpu_space(traced, pat)
         return Proposal(
             name="cross-entropy-gpu",
-            source=_render_gpu(task, pat, reduction, sign, space),
+            source=with_backward(_render_gpu(task, pat, reduction, sign, space), task, pat, reduction, sign, target),
             rationale=f"fused LM-head cross-entropy ({kind}), Pallas Triton: one program per token block loops over "
             "vocabulary blocks (and hidden chunks) with an online log-sum-exp in registers; logits never reach HBM; "
-            "per-token losses reduced in jnp",
+            "per-token losses reduced in jnp; " + _BACKWARD_PLAN,
             template="cross_entropy",
         )
     space = _tpu_space(traced, pat)
     return Proposal(
         name="cross-entropy-tpu",
-        source=_render(task, pat, reduction, sign, space),
+        source=with_backward(_render(task, pat, reduction, sign, space), task, pat, reduction, sign, target),
         rationale=f"fused LM-head cross-entropy ({kind}): online log-sum-exp over vocabulary blocks, logits tiles "
-        "computed in VMEM and never written to HBM; per-token losses reduced in jnp",
+        "computed in VMEM and never written to HBM; per-token losses reduced in jnp; " + _BACKWARD_PLAN,
         template="cross_entropy",
     )
 
@@ -545,3 +545,54 @@ def kernel({signature(task, f"block_t={bt}, block_v={bv}, block_h={bh}, num_warp
     out = {_final(reduction, sign)}
     return out.reshape({_out_shape(task, pat, names)}).astype({_out_dtype(task)})
 '''
+
+
+# --- the backward --------------------------------------------------------------------------------------------------
+_BACKWARD_PLAN = ("backward: mk/kernels/cross_entropy (lse recomputed online over vocabulary blocks, dlogits = "
+                  "c * (softmax - onehot) per tile in a kernel, dx and dW by matmuls)")
+
+
+def with_backward(source: str, task: Task, pat: CEPattern, reduction: str, sign: float, target: str) -> str:
+    """The written file with its backward: mk/kernels/cross_entropy/<target>.py copied in and ``kernel_bwd`` (the
+    contract in docs/architecture.md): the per-token cotangent ``c`` from the loss's reduction and sign, then
+    ``(dx, dW)`` in the inputs' own layouts and None for the labels."""
+    from mk.author.emit import family_section
+    from mk.kernels.cross_entropy import gpu as ce_gpu
+    from mk.kernels.cross_entropy import tpu as ce_tpu
+
+    gpu = kernel_language(target) == "triton"
+    names = arg_names(task)
+    x, w, lab = names[pat.x], names[pat.w], names[pat.labels]
+    x_expr = x if pat.x_tokens_first else f"{x}.T"
+    w_expr = f"{w}.T" if pat.w_vocab_first else w
+    if reduction == "mean":
+        c = f"jnp.broadcast_to({sign!r} / tokens * cotangent.astype(jnp.float32).reshape(()), (tokens,))"
+    elif reduction == "sum":
+        c = f"jnp.broadcast_to({sign!r} * cotangent.astype(jnp.float32).reshape(()), (tokens,))"
+    else:
+        c = f"{sign!r} * cotangent.astype(jnp.float32).reshape(tokens)"
+    prec = "lax.Precision.HIGHEST" if np.dtype(pat.logits_dtype) == np.float32 else "None"
+    grads = ["None"] * len(names)
+    grads[pat.x] = "dx" if pat.x_tokens_first else "dx.T"
+    grads[pat.w] = "dw.T" if pat.w_vocab_first else "dw"
+    fn = "ce_bwd_gpu" if gpu else "ce_bwd_tpu"
+    lines = [
+        "",
+        "",
+        *family_section("cross_entropy", target, ce_gpu if gpu else ce_tpu),
+        "",
+        "",
+        f"def kernel_bwd(cotangent, {signature(task, '')}):",
+        '    """The backward of kernel: the per-token cotangent from the loss\'s reduction, then the recomputed '
+        'log-sum-exp,',
+        '    dlogits tiles and the two products (mk/kernels/cross_entropy); one cotangent per input, None for the '
+        'labels."""',
+        f"    tokens = {lab}.shape[0]",
+        f"    c = {c}",
+        f"    dx, dw = {fn}({x_expr}, {w_expr}, {lab}, c, logits_dtype=jnp.dtype({pat.logits_dtype!r}), precision={prec})",
+        f"    return ({', '.join(grads)},)",
+        "",
+    ]
+    if not gpu and "pallas import tpu as pltpu" not in source:
+        raise Unsupported("internal: the TPU cross-entropy file lacks its pltpu import")
+    return source.rstrip("\n") + "\n" + "\n".join(lines)

@@ -25,7 +25,7 @@ from jax.experimental.pallas import triton as pltriton
 _MASKED_LOGIT = -1e30
 
 
-def _pow2(n):
+def _ce_pow2(n):
     return 1 << max(0, (n - 1).bit_length())
 
 
@@ -64,9 +64,9 @@ def ce_bwd_gpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=32
     if h != h2 or labels.shape != (t,) or c.shape != (t,):
         raise ValueError(f"expected x (T, H), w (H, V), labels and c (T,), got {x.shape=}, {w.shape=}, "
                          f"{labels.shape=}, {c.shape=}")
-    bt = max(16, min(_pow2(block_t), _pow2(t)))
-    bv = max(16, min(_pow2(block_v), _pow2(v)))
-    tp, vp, hp = -(-t // bt) * bt, -(-v // bv) * bv, max(16, _pow2(h))
+    bt = max(16, min(_ce_pow2(block_t), _ce_pow2(t)))
+    bv = max(16, min(_ce_pow2(block_v), _ce_pow2(v)))
+    tp, vp, hp = -(-t // bt) * bt, -(-v // bv) * bv, max(16, _ce_pow2(h))
     xp = jnp.pad(x, ((0, tp - t), (0, hp - h)))
     wp = jnp.pad(w, ((0, hp - h), (0, vp - v)))
     lab = jnp.pad(labels.astype(jnp.int32), (0, tp - t))

@@ -63,7 +63,7 @@ def _ce_dlogits_kernel(x_ref, w_ref, lab_ref, c_ref, lse_ref, d_ref, **tile):
     d_ref[...] = c_ref[...] * (p - (col == lab_ref[...]).astype(jnp.float32))
 
 
-def _fit(n, want, quantum):
+def _ce_fit(n, want, quantum):
     """(block, padded n): a multiple of quantum at most want (n rounded up to quantum when smaller)."""
     b = max(quantum, min(want, -(-n // quantum) * quantum) // quantum * quantum)
     return b, -(-n // b) * b
@@ -76,8 +76,8 @@ def ce_bwd_tpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=25
         raise ValueError(f"expected x (T, H), w (H, V), labels and c (T,), got {x.shape=}, {w.shape=}, "
                          f"{labels.shape=}, {c.shape=}")
     sub = 8 * max(1, 4 // jnp.dtype(x.dtype).itemsize)
-    bt, tp = _fit(t, block_t, sub)
-    bv, vp = _fit(v, block_v, 128)
+    bt, tp = _ce_fit(t, block_t, sub)
+    bv, vp = _ce_fit(v, block_v, 128)
     xp = jnp.pad(x, ((0, tp - t), (0, 0)))
     wp = jnp.pad(w, ((0, 0), (0, vp - v)))
     lab = jnp.pad(labels.astype(jnp.int32), (0, tp - t)).reshape(tp, 1)
