@@ -343,7 +343,7 @@ class Search:
                     key=s.key, suite=suite, target=cfg.target, author=self._worker_author(), first_plan=plan, lineage=lineage_text,
                     hint=hint, avoid=tuple(avoid | {plan.name}), known=known, iterations=cfg.iterations, tune=cfg.tune,
                     max_trials=cfg.max_trials, max_fixes=cfg.max_fixes, evaluate=self.evaluate,
-                    task_locator=dict(task.locator or {}), scales=tuple(task.scales),
+                    task_locator=dict(task.locator or {}), scales=tuple(task.scales.values()),
                     task=task if isinstance(pool, InlinePool) else None, deadline=self._deadline(), lessons=lessons)))
         by_key = {s.key: s for s, _ in jobs}
         for result in pool.run([j for _, j in jobs]):

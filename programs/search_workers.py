@@ -7,7 +7,8 @@ open the store: DuckDB allows one writing process, so the orchestrator writes.
 
 Backends (:func:`make_pool`): ``inline`` (this process, one node at a time),
 ``process`` (a ``concurrent.futures.ProcessPoolExecutor`` with the spawn
-context, the default) and ``ray`` (optional: ``pip install "mk[ray]"``).
+context, the default) and ``ray`` (a private local instance, or an existing cluster named by ``$RAY_ADDRESS``;
+``pip install "mk[ray]"``).
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class NodeJob:
     max_fixes: int = 2
     evaluate: Callable[..., EvalResult] | None = None
     task_locator: Mapping[str, str] | None = None
-    scales: tuple[str, ...] = ()
+    #: the run's scales (``mk.task.Scale`` values, or names of the task file's own): a synthesised scale is not in the file
+    scales: tuple[Any, ...] = ()
     task: Any = None  # the Task itself, for inline workers only (callables do not cross processes)
     #: wall-clock time (``time.time()``) after which the node stops between phases (the search's time budget)
     deadline: float | None = None
@@ -229,8 +231,9 @@ def _load_task(job: NodeJob) -> Any:
     from mk.loaders import load_task
 
     task = load_task(dict(job.task_locator or {}))
-    if job.scales:
-        task = task.with_scales({s: task.scale(s) for s in job.scales})
+    if job.scales:  # the run's own scales, the author's synthesised ones among them (the task file has not those)
+        task = task.with_scales({s: task.scale(s) for s in job.scales} if all(isinstance(s, str) for s in job.scales)
+                                else {s.name: s for s in job.scales})
     return task
 
 
@@ -347,7 +350,36 @@ class ProcessPool(Pool):
         self._ex.shutdown(wait=False, cancel_futures=True)
 
 
+#: the driver's environment variables a Ray worker gets (an existing cluster's workers start with the raylet's
+#: environment, not the driver's): mk's settings and the LM's credentials and endpoints, so an LM author rebuilt
+#: from its spec in a worker reaches the same model as the driver
+RAY_FORWARDED_ENV = ("MK_", "GEMINI_", "GOOGLE_", "VERTEX", "OPENAI_", "ANTHROPIC_", "LITELLM_", "DSPY_")
+_NOT_FORWARDED = ("MK_REQUEST_FD", "MK_REPLY_FD", "MK_DB")  # a judge child's pipe numbers; the store stays with the driver
+
+#: how often Ray runs a node again after its worker process or its machine died (a node's result is plain data and
+#: a worker writes nothing, so a node run again from the start is the same node); a node's own exception is not retried
+RAY_NODE_RETRIES = 3
+
+
+def forwarded_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``environ`` (default: this process's) that :class:`RayPool` passes to its workers."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if k.startswith(RAY_FORWARDED_ENV) and k not in _NOT_FORWARDED}
+
+
+def ray_address(address: str | None = None) -> str | None:
+    """The cluster a Ray search joins: ``address``, else ``$RAY_ADDRESS``, else None (a private local instance)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
 class RayPool(Pool):
+    """Nodes as Ray tasks. Without an address (``ray_address=`` / ``$RAY_ADDRESS``) a private local instance with
+    ``max_workers`` CPUs is started and stopped with the pool (never a cluster some other program started on this
+    machine); with one, the pool joins that cluster as a driver and Ray places the nodes on its machines.
+
+    A node whose worker process or machine dies is run again by Ray (:data:`RAY_NODE_RETRIES` times); one that
+    still fails is recorded as a failed node and the search goes on."""
+
     name = "ray"
 
     def __init__(self, max_workers: int, address: str | None = None):
@@ -357,12 +389,23 @@ class RayPool(Pool):
             raise ConfigError("the ray backend needs Ray, which is not installed", hint='pip install "mk[ray]"') from exc
         self._ray = ray
         self._started = not ray.is_initialized()
+        address = ray_address(address)
         if self._started:
-            # a local instance's workers see the driver's import path (so task modules and author factories import)
-            env = None if address else {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
-            ray.init(address=address, num_cpus=None if address else max_workers, include_dashboard=False,
-                     ignore_reinit_error=True, log_to_driver=False, runtime_env=env)
-        self._remote = ray.remote(run_node)
+            env = forwarded_env()
+            if not address:  # a local instance's workers see the driver's import path (task modules, author factories)
+                env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            kwargs: dict[str, Any] = {"num_cpus": max_workers, "include_dashboard": False} if not address else {}
+            try:
+                ray.init(address=address or "local", ignore_reinit_error=True, log_to_driver=False,
+                         runtime_env={"env_vars": env}, **kwargs)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                if not address:
+                    raise
+                raise ConfigError(f"cannot join the Ray cluster at {address}: {exc}",
+                                  hint="check RAY_ADDRESS (host:port of the head's GCS, or ray://host:10001), that the "
+                                       "head is up, and the cluster's token (RAY_AUTH_TOKEN) where it uses one") from exc
+            log.info("search nodes run on Ray %s", f"cluster {address}" if address else "local instance")
+        self._remote = ray.remote(max_retries=RAY_NODE_RETRIES, retry_exceptions=False)(run_node)
 
     def run(self, jobs: Sequence[NodeJob]) -> Iterator[NodeResult]:
         ray = self._ray
@@ -373,11 +416,12 @@ class RayPool(Pool):
                 job = refs.pop(ref)
                 try:
                     yield ray.get(ref)
-                except Exception as exc:
+                except Exception as exc:  # the node's worker or machine died more often than Ray retries it
+                    log.warning("search node %s lost on Ray: %s", job.key, exc)
                     yield NodeResult(job.key, [], [], "ray task failed", error=f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
-        if self._started:  # a local instance this pool started goes away with it
+        if self._started:  # a local instance this pool started goes away with it; a cluster's driver disconnects
             self._ray.shutdown()
 
 
