@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from mk.author import attention, conv, cross_entropy, gmm, matmul, rewrites, rowwise, swiglu
 from mk.author import flex, paged
 from mk.author import retention
+from mk.author import triangle
+from mk.author import moe
 from mk.author.emit import Unsupported
 from mk.author.proposal import Proposal
 from mk.author.trace import trace_scales
@@ -28,6 +30,7 @@ TEMPLATES = (
     ("retention", "causal decayed retention with a row normaliser (RetNet, Mamba-2 SSD quadratic form); kernels from mk/kernels/retention", retention),
     ("paged", "paged decode attention over a page table (one query token per sequence, length-masked, GQA); "
      "kernels from mk/kernels/paged_attention", paged),
+    ("moe", "top-k mixture of gated-MLP experts written densely, computed sparsely: choices sorted by expert, the expert MLP fused in one grouped kernel from mk/kernels/gmm", moe),
     ("attention", "flash attention with online softmax over key blocks (causal or not, MHA and GQA; TPU, and GPU "
      "Triton when head_dim is a power of two)", attention),
     ("flex_attention", "attention with an additive score bias from an input (FlexAttention score_mod), causal or not, "
@@ -36,6 +39,7 @@ TEMPLATES = (
      "blocks and the label pick, logits never written to memory (TPU only)", cross_entropy),
     ("conv", "convolution (1-3 spatial axes, stride 1) as an implicit GEMM with the work after it fused per sample "
      "(bias, activations, instance/group/layer norms, pooling, channel reductions); kernels from mk/kernels/conv", conv),
+    ("triangle", "a computation around one batched matmul (AlphaFold's triangle update): the products no other product feeds as Pallas matmuls from mk/kernels/gmm, the rest in plain JAX", triangle),
     ("gmm", "grouped matmul over contiguous row groups, megablox-style (a batched matmul, or a scan over groups of "
      "dynamic row slabs); kernels from mk/kernels/gmm", gmm),
     ("swiglu", "gated MLP (SwiGLU and other gates) with both up-projections, the gate and the down-projection fused; "

@@ -135,12 +135,15 @@ def _chain(ops: list[Op], start: Val, name: str, end: Val) -> list[str]:
 
 # --- plain-JAX slices (cumsum allowed) --------------------------------------------------------------------------
 def _render(programs: list[Program], probes: Any, names: list[str], idx: list[int], outs: list[int],
-            taken: set[str]) -> tuple[list[str], list[str]]:
-    """Whole-array lines for ops ``idx`` of each program (the same structure), and the names of ``outs``."""
+            taken: set[str], seed: dict[int, str] | None = None, prefix: str = "v") -> tuple[list[str], list[str]]:
+    """Whole-array lines for ops ``idx`` of each program (the same structure), and the names of ``outs``.
+    ``seed``: names already bound to values of the first program (by id); ``lax.cumsum`` and ``lax.top_k`` (the
+    ``top_k`` / ``top_k_idx`` ops of :func:`mk.author.moe.flatten`) are written too."""
     dims = _Dims(probes)
     p0 = programs[0]
-    vnames = (f"v{k}" for k in range(10**6) if f"v{k}" not in taken)
+    vnames = (f"{prefix}{k}" for k in range(10**6) if f"{prefix}{k}" not in taken)
     values: dict[int, str] = {id(v): names[v.arg] for v in p0.args}
+    values.update(seed or {})
     lines: list[str] = []
 
     def ref(vals: list[Val]) -> str:
@@ -158,6 +161,13 @@ def _render(programs: list[Program], probes: Any, names: list[str], idx: list[in
         ins = [ref([q.ins[j] for q in peers]) for j in range(len(op.ins))]
         if op.prim == "cumsum":
             expr = f"lax.cumsum({ins[0]}, axis={int(op.params['axis'])}, reverse={bool(op.params['reverse'])})"
+        elif op.prim in ("top_k", "top_k_idx"):
+            try:
+                kexpr = probes.dim([int(q.params["k"]) for q in peers])
+            except ValueError as exc:
+                raise Unsupported(str(exc)) from exc
+            axis = int(op.params.get("axis", -1))
+            expr = f"lax.top_k({ins[0]}, {kexpr}, axis={axis})[{int(op.prim == 'top_k_idx')}]"
         else:
             expr = _expr(op, ins, dims.shape([q.out.shape for q in peers]))
         name = next(vnames)
@@ -179,8 +189,14 @@ def _evaluate(prog: Program, inputs: list[Any], want: list[Val]) -> list[np.ndar
         raise Unsupported("the decay reads a value it does not define")
 
     for op in sorted(_slice(want, prod), key=lambda o: prog.ops.index(o)):
+        if op.prim in ("top_k", "top_k_idx"):
+            from jax import lax
+
+            got = lax.top_k(get(op.ins[0]), int(op.params["k"]), axis=int(op.params.get("axis", -1)))
+            env[id(op.out)] = got[int(op.prim == "top_k_idx")]
+            continue
         env[id(op.out)] = op.bind.bind(*[get(v) for v in op.ins], **op.params)
-    return [np.asarray(get(v), np.float64) for v in want]
+    return [np.asarray(np.asarray(get(v)).astype(np.float64)) for v in want]
 
 
 # --- the template -----------------------------------------------------------------------------------------------
