@@ -212,6 +212,11 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
                                   [prog.ops.index(prod[id(found["h"])])], taken | {"g", "u"}, seed=seed, prefix="a")
     if probes.used(*act_lines):
         raise Unsupported("the gate depends on the inputs' sizes or static values")
+    if kernel_language(target) == "triton":
+        # Triton lowers no 16-bit division, so the GPU kernel runs the gate in f32: each op's result is rounded to
+        # the reference's dtype for it, so large values round as the reference's 16-bit ops do
+        mid = [p0.ops[k_] for k_ in _in_order(prog, found["mid"])]
+        act_lines = [_rounded(line, op.out.dtype) for line, op in zip(act_lines, mid)]
     shapes0 = traced[0].shapes
     x_shape, wg_shape = shapes0[found["x"]], shapes0[found["wg"]]
     tokens = int(np.prod(x_shape[:-1]))
@@ -232,6 +237,14 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         "routing weights",
         template="moe",
     )
+
+
+def _rounded(line: str, dtype: Any) -> str:
+    """``v = expr`` with expr rounded to ``dtype`` and held in f32, when ``dtype`` is a 16-bit float."""
+    if np.dtype(dtype).itemsize != 2 or dtype_expr(dtype) not in ("jnp.bfloat16", "jnp.float16"):
+        return line
+    name, expr = line.split(" = ", 1)
+    return f"{name} = jnp.asarray({expr}).astype({dtype_expr(dtype)}).astype(jnp.float32)"
 
 
 def _source(task: Task, names: list[str], probes: Any, lines: list[str], wname: str, iname: str,
