@@ -27,7 +27,7 @@ from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
-from mk.author.split import split_epilogue
+from mk.author.split import split_epilogue, whole_epilogue
 from mk.author.trace import Traced
 from mk.kernels.conv import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
@@ -86,7 +86,7 @@ def _conv_eqn(jaxpr: Any) -> Any:
     return conv
 
 
-def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
+def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     t0 = traced[0]
     jaxpr = t0.jaxpr.jaxpr
     if jaxpr.constvars:
@@ -156,7 +156,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
                   w_perm, params, channel_axes, tuning, config, dtype_expr(kernel_out.aval.dtype), tail,
                   probes.used(*tail.lines, *tail.outputs) if tail else [], groups)
     prims = sorted(p for p in body.primitives if not p.startswith("_"))
-    return Proposal(
+    fused = Proposal(
         name=f"conv-epilogue-{target}",
         source=src,
         rationale=f"{s}-D convolution as an implicit GEMM (window {tuple(conv.invars[1].aval.shape[:s])}, "
@@ -166,6 +166,9 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
            "XLA, on its output"),
         template="conv",
     )
+    unfused = _unfused(task, names, target, conv, lhs, rhs, x_perm, w_perm, params, epilogue, jaxpr, probes, taken,
+                       np_dtype(task.args[lhs.index].dtype).itemsize)
+    return [fused] if unfused is None else [fused, unfused]
 
 
 def _channel_groups(split: tuple[str, str, str] | None, cout: str, kernel_out: Any, jaxpr: Any,
@@ -188,6 +191,88 @@ def _channel_groups(split: tuple[str, str, str] | None, cout: str, kernel_out: A
     sources = {v.name: v.source for v in probes.vars}
     return tuple(re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: sources.get(m.group(0), m.group(0)), e)
                  for e in split[1:])
+
+
+def _operand_lines(conv: Any, x_name: str, w_name: str, lhs: Operand, rhs: Operand, x_perm: tuple[int, ...],
+                   w_perm: tuple[int, ...]) -> tuple[list[str], list[str]]:
+    """The written kernel's lines that bring the inputs to the kernel's layout: x (N, *spatial, Cin) padded as the
+    reference pads, w (*window, Cin, Cout)."""
+    pads = tuple(tuple(int(v) for v in p) for p in conv.params["padding"])
+    x_expr = x_name if x_perm == tuple(range(len(x_perm))) else f"jnp.transpose({x_name}, {x_perm})"
+    x_expr += "".join(f".astype(jnp.{c})" for c in lhs.casts)
+    x_lines = [] if x_expr == "x" else [f"    x = {x_expr}  # channels last: (N, *spatial, Cin)"]
+    if any(lo or hi for lo, hi in pads):
+        x_lines.append(f"    x = jnp.pad(x, ((0, 0), {', '.join(repr(p) for p in pads)}, (0, 0)))  # the padding")
+    w_expr = w_name if w_perm == tuple(range(len(w_perm))) else f"jnp.transpose({w_name}, {w_perm})"
+    w_expr += "".join(f".astype(jnp.{c})" for c in rhs.casts)
+    w_lines = [] if w_expr == "w" else [f"    w = {w_expr}  # (*window, Cin, Cout)"]
+    return x_lines, w_lines
+
+
+def _precision(conv: Any) -> str:
+    prec = conv.params.get("precision")
+    if prec is not None and any(p is not None for p in (prec if isinstance(prec, tuple) else (prec,))):
+        first = prec[0] if isinstance(prec, tuple) else prec
+        return f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
+    return "None"
+
+
+def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand, rhs: Operand,
+             x_perm: tuple[int, ...], w_perm: tuple[int, ...], params: list[int], epilogue: list[Any], jaxpr: Any,
+             probes: Any, taken: set[str], itemsize: int) -> Proposal | None:
+    """The variant that fuses nothing: the kernel writes the convolution (tiled over output channels where the
+    channels allow), and the reference's work after it runs in XLA on whole arrays. None when that work has no
+    whole-array form."""
+    invars = list(jaxpr.invars)
+    pnames = [names[i] for i in params]
+    try:
+        ep = whole_epilogue(epilogue, conv.outvars[0], list(jaxpr.outvars), [(invars[i], names[i]) for i in params],
+                            probes, taken | {"_epilogue"})
+    except Unsupported:
+        return None
+    gpu = kernel_language(target) == "triton"
+    shapes = Shapes.of(tuple(conv.invars[0].aval.shape), tuple(conv.invars[1].aval.shape), itemsize,
+                       fused_epilogue=False)
+    tuning = space(target, shapes)
+    cfg = default(CHIPS[target], shapes).kwargs(target)
+    config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
+    used = probes.used(*ep.lines, *ep.outputs)
+    x_name, w_name = names[lhs.index], names[rhs.index]
+    x_lines, w_lines = _operand_lines(conv, x_name, w_name, lhs, rhs, x_perm, w_perm)
+    s = len(conv.params["window_strides"])
+    text = (f"out = epilogue(conv({x_name}, {w_name}){''.join(', ' + n for n in pnames)}): a stride-1 convolution "
+            f"as an implicit GEMM, the kernel mk/kernels/conv/{target}.py copied below unchanged, with nothing fused: "
+            "it writes the convolution (tiled over output channels where block_cout allows) and the reference's "
+            "own work after it runs in XLA on whole arrays. Sizes and static values are read from the arguments at "
+            "trace time.")
+    lines = [
+        *file_head(f"mk offline author: convolution, epilogue in XLA, for {task.name} (target {target}).", text,
+                   gpu=gpu, space=tuning, imports=("import itertools", "import math")),
+        "", *family_section("conv", target, gpu_kernel if gpu else tpu_kernel), "", "",
+        f"def _epilogue(y{''.join(', ' + n for n in pnames)}{', *, ' + ', '.join(v.name for v in used) if used else ''}):",
+        '    """The reference after its convolution, on whole arrays (XLA, after the kernel)."""',
+        *[f"    {l}" for l in ep.lines],
+        f"    return {ep.outputs[0]}",
+        "", "",
+        f"def kernel({signature(task, ', '.join(f'{k}={v!r}' for k, v in config.items()))}):",
+        *([f"    epilogue = functools.partial(_epilogue, {', '.join(f'{v.name}={v.source}' for v in used)})"] if used
+          else ["    epilogue = _epilogue"]),
+        *x_lines, *w_lines,
+        f"    y = {'conv_gpu' if gpu else 'conv_tpu'}(x, w, out_dtype={dtype_expr(conv.outvars[0].aval.dtype)}, "
+        f"precision={_precision(conv)}, {', '.join(f'{k}={k}' for k in config)})",
+        f"    return epilogue(y{''.join(', ' + n for n in pnames)})",
+        "",
+    ]
+    return Proposal(
+        name=f"conv-xla-epilogue-{target}",
+        source="\n".join(lines),
+        rationale=f"{s}-D convolution as an implicit GEMM with nothing fused: the kernel writes the convolution "
+        f"(tuned over {', '.join(tuning) or 'nothing'}) and the epilogue "
+        f"({', '.join(sorted(p for p in ep.primitives if not p.startswith('_'))) or 'none'}) runs in XLA on whole "
+        "arrays after it, one extra round trip of the convolution's output through HBM for a kernel free to tile "
+        "output channels",
+        template="conv",
+    )
 
 
 def _size(probes: Any, values: list[int]) -> str:
@@ -218,15 +303,7 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
     bind = ", ".join(f"{v.name}={v.source}" for v in used)
     acc_dtype = np.dtype(conv.outvars[0].aval.dtype)
     x_name, w_name = names[lhs.index], names[rhs.index]
-    pads = tuple(tuple(int(v) for v in p) for p in conv.params["padding"])
-    x_expr = x_name if x_perm == tuple(range(len(x_perm))) else f"jnp.transpose({x_name}, {x_perm})"
-    x_expr += "".join(f".astype(jnp.{c})" for c in lhs.casts)
-    x_lines = [] if x_expr == "x" else [f"    x = {x_expr}  # channels last: (N, *spatial, Cin)"]
-    if any(lo or hi for lo, hi in pads):
-        x_lines.append(f"    x = jnp.pad(x, ((0, 0), {', '.join(repr(p) for p in pads)}, (0, 0)))  # the padding")
-    w_expr = w_name if w_perm == tuple(range(len(w_perm))) else f"jnp.transpose({w_name}, {w_perm})"
-    w_expr += "".join(f".astype(jnp.{c})" for c in rhs.casts)
-    w_lines = [] if w_expr == "w" else [f"    w = {w_expr}  # (*window, Cin, Cout)"]
+    x_lines, w_lines = _operand_lines(conv, x_name, w_name, lhs, rhs, x_perm, w_perm)
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     text = (f"out = epilogue(conv({x_name}, {w_name}){''.join(', ' + n for n in pnames)}), a stride-1 convolution as "

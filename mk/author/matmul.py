@@ -23,7 +23,8 @@ from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
-from mk.author.split import split_epilogue
+from mk.author import matmul_splitk
+from mk.author.split import split_epilogue, whole_epilogue
 from mk.author.trace import Traced
 from mk.task import Task, np_dtype
 from mk.targets import kernel_language
@@ -54,13 +55,13 @@ def _trace_back(var: Any, producers: dict[Any, Any], invars: list[Any], used: se
     return Operand(invars.index(var), tuple(reversed(casts)), transposed)
 
 
-def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
+def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     t0 = traced[0]
     jaxpr = t0.jaxpr.jaxpr
     dots = [e for e in jaxpr.eqns if e.primitive.name == "dot_general"]
-    if len(dots) != 1:
-        raise Unsupported(f"the matmul template needs exactly one top-level matrix product, found {len(dots)}")
-    dot = dots[0]
+    if not dots:
+        raise Unsupported("the matmul template needs a top-level matrix product, found none")
+    dot = dots[0]  # the kernel's; any later product runs after the kernel (split.py), where XLA computes it
     (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
     if lb or rb or len(lc) != 1:
         raise Unsupported("a batched or multi-axis contraction")
@@ -153,14 +154,54 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     if parts.tail is not None:
         src = _with_tail(src, task, parts.tail, [names[i] for i in params], probes.used(*parts.tail.lines,
                                                                                         *parts.tail.outputs))
-    return Proposal(
+    fused = Proposal(
         name=f"matmul-epilogue-{target}",
         source=src,
         rationale=f"tiled matmul ({M}x{N}, K={a.aval.shape[1]}) with the epilogue fused "
         f"({', '.join(sorted(p for p in body.primitives if not p.startswith('_'))) or 'none'}); the product never goes "
         "back to HBM before the epilogue" + ("; whole rows per block (the epilogue reduces or reshapes along N)" if full_n else "")
-        + ("" if parts.tail is None else "; the work from the first statistic across rows or move of rows on runs "
+        + ("" if parts.tail is None else "; the work from the first statistic across rows, move of rows or further "
+           "matrix product on runs "
            "after the kernel in XLA, on its output"),
+        template="matmul",
+    )
+    splitk = _splitk(task, names, target, lhs, rhs, w_t, dot, params, epilogue, jaxpr, probes, M, N,
+                     a.aval.shape[1], sublanes)
+    return [fused] if splitk is None else [fused, splitk]
+
+
+#: the shortest K (at the traced scale) for which the split-K variant is offered: below it one slab is the product
+SPLITK_MIN_K = 512
+
+
+def _splitk(task: Task, names: list[str], target: str, lhs: Operand, rhs: Operand, w_t: bool, dot: Any,
+            params: list[int], epilogue: list[Any], jaxpr: Any, probes: Any, M: int, N: int, K: int,
+            sublanes: int) -> Proposal | None:
+    """The split-K variant (:mod:`mk.author.matmul_splitk`), or None where it is no real alternative (a short K)
+    or cannot be written (the epilogue has no whole-array form, an input named like one of its functions)."""
+    if K < SPLITK_MIN_K:
+        return None
+    local = {"_block", "_divisor", "_partial_kernel", "_splitk_product", "_pow2", "_fit", "_pad_to", "_epilogue",
+             "kernel", "epilogue", "partial", "y", "functools", "jax", "jnp", "lax", "pl", "pltpu", "pltriton",
+             "SUBLANES", "CONFIG_SPACE"}
+    if local & set(names):
+        return None
+    taken = set(names) | {v.name for v in probes.vars} | local
+    try:
+        body = whole_epilogue(epilogue, dot.outvars[0], list(jaxpr.outvars),
+                              [(jaxpr.invars[i], names[i]) for i in params], probes, taken)
+    except Unsupported:
+        return None
+    space = _space(target, M, N, K, False, sublanes)
+    src = matmul_splitk.render(task, names, target, lhs, rhs, w_t, dot, [names[i] for i in params], body,
+                               probes.used(*body.lines, *body.outputs), space, sublanes)
+    return Proposal(
+        name=f"matmul-splitk-{target}",
+        source=src,
+        rationale=f"split-K matmul ({M}x{N}, K={K}): K cut into slabs that are a parallel grid axis, each program an "
+        "f32 partial product of one output block; XLA sums the slabs and runs the epilogue "
+        f"({', '.join(sorted(p for p in body.primitives if not p.startswith('_'))) or 'none'}) on whole arrays after "
+        "the kernel, trading one f32 round trip of the product for parallelism along K",
         template="matmul",
     )
 
@@ -176,7 +217,8 @@ def _with_tail(src: str, task: Task, tail: Any, pnames: list[str], used: list) -
     lines.insert(at + 1, f"    tail = functools.partial(_tail, {bind})" if bind else "    tail = _tail")
     kw = ", ".join(v.name for v in used)
     lines[at:at] = [f"def _tail(y{''.join(', ' + n for n in pnames)}{', *, ' + kw if kw else ''}):",
-                    '    """The reference from its first statistic across rows on: whole arrays, after the kernel."""',
+                    '    """The reference from the first step a block of rows cannot do alone (a statistic across rows, a '
+                    'move of rows, a further matrix product) on: whole arrays, after the kernel."""',
                     *[f"    {l}" for l in tail.lines], f"    return {tail.outputs[0]}", "", ""]
     return "\n".join(lines)
 

@@ -1,10 +1,12 @@
-"""Split an epilogue at its first statistic across rows (or move of rows): the kernel fuses the row-local part.
+"""Split an epilogue at its first statistic across rows (or move of rows, or further matrix product): the kernel
+fuses the row-local part.
 
 A template's epilogue runs on blocks of rows (samples, matrix rows). A
 training-mode BatchNorm reduces *across* them, which no block can do alone.
 :func:`split_epilogue` emits the eqns up to the first one the row-local
 emitter refuses for that reason (or because it reshapes or transposes the
-rows themselves, as an output laid out as (1, 1, B, 1) does); the rest (the tail) is emitted as whole-array
+rows themselves, as an output laid out as (1, 1, B, 1) does, or because it is a second matrix product or reads
+an input that is not row-aligned, as a second layer of an MLP does); the rest (the tail) is emitted as whole-array
 code (lead 0) that the written kernel applies to the kernel's output. The tail
 may read exactly one value of the fused part (the one the kernel writes) and
 the task's other inputs.
@@ -15,11 +17,69 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mk.author.emit import Emitted, Emitter, Unsupported
+from mk.author.emit import Emitted, Emitter, Unsupported, dtype_expr
+from mk.author.pooling import PoolEmitter
 
 
-#: the row-local emitter's refusals that end the fused part: a reduction across rows, a reshape or transpose of them
-_TRIGGERS = ("across rows", "changes the row axes", "moves the row axes")
+#: the row-local emitter's refusals that end the fused part: a reduction across rows, a reshape or transpose of them,
+#: a further matrix product (a second layer)
+_TRIGGERS = ("across rows", "changes the row axes", "moves the row axes", "a matrix product inside the row-wise part")
+
+
+class WholeEmitter(PoolEmitter):
+    """The emitter of work on whole arrays after a kernel (lead 0, run by XLA): besides the block-local forms it
+    writes matrix products and window reductions as the ``lax`` calls they are."""
+
+    def __init__(self, probes: Any, taken: set[str]):
+        super().__init__(0, probes, taken=taken)
+
+    def _eqn(self, eqn: Any) -> None:
+        prim = eqn.primitive.name
+        if prim not in ("dot_general", "reduce_window_sum"):
+            return super()._eqn(eqn)
+        self.out.primitives.add(prim)
+        ins = [self._ref(a) for a in eqn.invars]
+        p = eqn.params
+        if prim == "dot_general":
+            prec = p.get("precision")
+            first = prec[0] if isinstance(prec, tuple) else prec
+            prec_expr = "None" if first is None else f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
+            pref = p.get("preferred_element_type")
+            pref_expr = "None" if pref is None else dtype_expr(pref)
+            (lc, rc), (lb, rb) = p["dimension_numbers"]
+            dims = f"(({tuple(lc)!r}, {tuple(rc)!r}), ({tuple(lb)!r}, {tuple(rb)!r}))"
+            self._set(eqn.outvars[0], f"lax.dot_general({ins[0][0]}, {ins[1][0]}, {dims}, precision={prec_expr}, "
+                      f"preferred_element_type={pref_expr})", 0)
+            return
+        peers = self.probes.peers(eqn) if self.probes is not None else [eqn]
+
+        def static(key: str) -> str:
+            parts = []
+            for k in range(len(p[key])):
+                try:
+                    parts.append(self.probes.dim([e.params[key][k] for e in peers]) if self.probes is not None
+                                 else str(p[key][k]))
+                except ValueError as exc:
+                    raise Unsupported(str(exc)) from exc
+            return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+        if any(tuple(pad) != (0, 0) for pad in p["padding"]) or any(d != 1 for d in (*p["base_dilation"],
+                                                                                      *p["window_dilation"])):
+            raise Unsupported("a padded or dilated window reduction")
+        self._set(eqn.outvars[0], f"lax.reduce_window({ins[0][0]}, jnp.asarray(0, {ins[0][0]}.dtype), lax.add, "
+                  f"{static('window_dimensions')}, {static('window_strides')}, 'VALID')", 0)
+
+
+def whole_epilogue(eqns: list[Any], product: Any, outvars: list[Any], params: list[tuple[Any, str]], probes: Any,
+                   taken: set[str]) -> Emitted:
+    """``eqns`` (the work after a kernel's product ``product``) as whole-array code on ``y`` (the product) and the
+    ``params`` (var, name): an epilogue that runs in XLA after the kernel."""
+    em = WholeEmitter(probes, taken | {"y"})
+    em.bind(product, "y", False)
+    for var, name in params:
+        em.bind(var, name, False)
+    em.emit(eqns)
+    return em.result(outvars)
 
 
 @dataclass
@@ -34,12 +94,16 @@ def split_epilogue(make: Callable[[], Emitter], eqns: list[Any], outvars: list[A
                    probes: Any, taken: set[str]) -> Split:
     """``make()``: a fresh row-local emitter with the template's bindings; ``params``: (var, name) of the inputs
     the tail may read whole."""
+    from jax._src.core import Literal
+
     em = make()
+    whole = {v for v, _ in params} - set(em._names)  # inputs the row-local part cannot read (not row-aligned)
     for k, eqn in enumerate(eqns):
         try:
             em.emit([eqn])
         except Unsupported as exc:
-            if not any(why in str(exc) for why in _TRIGGERS):
+            reads = {v for v in eqn.invars if not isinstance(v, Literal)}
+            if not any(why in str(exc) for why in _TRIGGERS) and not whole & reads:
                 raise
             return _split(make, eqns[:k], eqns[k:], outvars, params, probes, taken)
     return Split(em.result(outvars), outvars[0], None, em)
@@ -58,7 +122,7 @@ def _split(make: Callable[[], Emitter], prefix: list[Any], rest: list[Any], outv
     em = make()
     em.emit(prefix)
     body = em.result(needed)
-    tem = Emitter(0, probes, taken=taken | {"y"})
+    tem = WholeEmitter(probes, taken | {"y"})
     tem.bind(needed[0], "y", False)
     for var, name in params:
         tem.bind(var, name, False)

@@ -22,8 +22,9 @@ def _ci(name):
 
 
 def _propose(name, target):
+    """The task and the conv template's default proposal (the fused epilogue)."""
     task = _ci(name)
-    return task, conv.propose(task, trace_scales(task), target)
+    return task, conv.propose(task, trace_scales(task), target)[0]
 
 
 def _at(task, **dims):
@@ -82,5 +83,24 @@ def test_group_norm_on_a_padded_triton_tile(name, dims):
 def test_offline_author_offers_the_conv_template():
     task = _ci("18k_Conv2D_ReLU_BiasAdd")
     out = OfflineAuthor().propose(task, "gpu")
-    assert [p.template for p in out.proposals] == ["conv"] and "conv" not in out.declined
+    assert [p.name for p in out.proposals] == ["conv-epilogue-gpu", "conv-xla-epilogue-gpu"]
+    assert "conv" not in out.declined
     assert "convolution" in OfflineAuthor().propose(_ci("8p_GEMM"), "tpu").declined["conv"]
+
+
+@pytest.mark.parametrize("name,target,dims", [
+    ("18k_Conv2D_ReLU_BiasAdd", "tpu", {"H": 9, "W": 11}),
+    ("46k_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp", "gpu", {"Cout": 48, "H": 7}),
+    ("34k_Conv2d_Activation_BatchNorm", "tpu", {"N": 3, "Cout": 24}),  # the fused variant splits at the BatchNorm
+])
+def test_every_variant_is_right_at_a_size_it_never_saw(name, target, dims):
+    """The fused epilogue and the epilogue in XLA after a channel-tiled kernel: distinct names and plan texts,
+    each right in interpret mode."""
+    task = _ci(name)
+    props = conv.propose(task, trace_scales(task), target)
+    assert [p.name for p in props] == [f"conv-epilogue-{target}", f"conv-xla-epilogue-{target}"]
+    assert "fused per sample" in props[0].rationale and "runs in XLA on whole arrays" in props[1].rationale
+    assert "def _epilogue(y" in props[1].source and "epilogue=" not in props[1].source.split("def kernel(")[1]
+    for prop in props:
+        assert check_source(prop.source, target=target, require_pallas=True).ok
+        _judge_here(_at(task, **dims), prop.source, target)

@@ -20,7 +20,7 @@ def test_matmul_with_batch_norm_over_rows_splits_and_is_general():
     task = load_task("jaxbench:31k_Gemm_BatchNorm_GELU_ReLU")
     ci = task.scale("ci")
     task = task.with_scales({"ci": ci})
-    prop = matmul.propose(task, trace_scales(task), "tpu")
+    prop = matmul.propose(task, trace_scales(task), "tpu")[0]
     assert "def _tail(y" in prop.source and "after the kernel in XLA" in prop.rationale
     ns = {}
     exec(compile(prop.source, "candidate", "exec"), ns)
@@ -57,7 +57,7 @@ def test_an_output_that_moves_the_rows_is_split_too():
     """40k: GroupNorm and a row min fused; the min reshaped to (1, 1, B, 1) plus a (1, N, 1, 1) bias after it."""
     task = load_task("jaxbench:40k_Gemm_GroupNorm_Min_BiasAdd")
     task = task.with_scales({"ci": task.scale("ci")})
-    prop = matmul.propose(task, trace_scales(task), "tpu")
+    prop = matmul.propose(task, trace_scales(task), "tpu")[0]
     tail = prop.source[prop.source.index("def _tail("):prop.source.index("def kernel(")]
     assert "reshape" in tail and "jnp.min" not in tail  # the min is fused, the move of rows is not
     ns = {}
