@@ -5,6 +5,9 @@ dir, token authentication, no dashboard, no usage stats), runs the real CLI in a
 by ``RAY_ADDRESS`` (the cluster itself knows nothing of mk's settings or the model's endpoint: the driver forwards
 them), kills a worker mid-node, and checks the run still finishes with a correct kernel. Everything the cluster
 started is killed at the end (found by a marker in its environment).
+
+Ray does not keep a multi-node cluster on loopback: it replaces ``127.0.0.1`` by the machine's address and its
+servers listen on every interface, so the cluster uses token authentication with a fresh random token.
 """
 
 from __future__ import annotations
@@ -128,11 +131,13 @@ class LoopbackCluster:
                 os.killpg(proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        deadline = time.time() + 5  # a graceful stop drains for up to 30 s: nothing here needs draining
         for proc in self.procs:
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
-                pass
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         for pid in _marked(self.marker):  # anything the cluster started that outlived it (workers, agents)
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -141,8 +146,8 @@ class LoopbackCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture
-def cluster():
+@pytest.fixture(scope="module")
+def cluster():  # one cluster for the module (starting one takes a while); the test that kills the worker node is last
     if RAY is None:
         pytest.skip("the ray command is not on PATH")
     c = LoopbackCluster()
