@@ -36,6 +36,7 @@ from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.author.emit import family_section, file_head
 from mk.author.probe import arg_names, probes_for, signature
+from mk.author.attention_bwd import with_backward  # the backward section (kernel_bwd), one hook in propose
 from mk.kernels.flash_attention import SCHEDULES, Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
 from mk.targets import kernel_language
@@ -213,8 +214,9 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     scale_expr = _scale_expr(probes, pat, prog.ops[dots[0]].out.dtype)
     kind = f"{'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale {scale_expr}"
     return [Proposal(name=f"flash-attention-{target}" + ("" if schedule == "online" else f"-{schedule}"),
-                     source=render(task, t0, pat, probes, target, schedule, causal=causal, scale_expr=scale_expr,
-                                   score_dtype=score_dtype),
+                     source=with_backward(render(task, t0, pat, probes, target, schedule, causal=causal,
+                                                 scale_expr=scale_expr, score_dtype=score_dtype),
+                                          task, pat, probes, target, causal=causal, scale_expr=scale_expr),
                      rationale=f"flash attention ({kind}), {plan(target, schedule, causal)}", template="attention")
             for schedule in SCHEDULES]
 
@@ -280,7 +282,7 @@ def _vars(used: list) -> list[str]:
 
 
 _FAMILY_NAMES = {"flash_attention_tpu", "flash_attention_tpu_loop", "flash_attention_gpu",
-                 "flash_attention_gpu_two_pass", "_block", "_sublanes", "_scores", "_fit", "_bias_spec",
+                 "flash_attention_gpu_two_pass", "_fa_block", "_sublanes", "_scores", "_fit", "_bias_spec",
                  "_grid_kernel", "_loop_kernel", "_tile_scores", "_score_fn", "_ranges", "_one_pass_kernel",
                  "_two_pass_kernel", "_call", "_MASKED", "CAUSAL", "SCORE_DTYPE", "scale", "bias", "out"}
 
