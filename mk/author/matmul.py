@@ -170,8 +170,9 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     return [fused] if splitk is None else [fused, splitk]
 
 
-#: the shortest K (at the traced scale) for which the split-K variant is offered: below it one slab is the product
-SPLITK_MIN_K = 512
+#: the shortest K (at the traced scale) for which the split-K variant is offered: two 128-deep blocks (below it
+#: one slab is the whole product)
+SPLITK_MIN_K = 256
 
 
 def _splitk(task: Task, names: list[str], target: str, lhs: Operand, rhs: Operand, w_t: bool, dot: Any,
