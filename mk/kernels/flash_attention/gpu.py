@@ -32,7 +32,7 @@ from jax.experimental.pallas import triton as pltriton
 _MASKED = -1e30
 
 
-def _block(n, want):
+def _fa_block(n, want):
     """(block, padded n): the largest power of two >= 16 and at most want dividing n; when none does, a power of
     two block (at most want) with n padded to a multiple of it."""
     b = 1 << (want.bit_length() - 1)
@@ -149,8 +149,8 @@ def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, 
         raise ValueError(f"expected q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) with H a multiple of Hkv, got {q.shape=}, "
                          f"{k.shape=}, {v.shape=}")
     group = heads // kv_heads
-    block_q, q_pad = _block(seq, block_q)
-    block_k, kv_pad = _block(kv_seq, block_k)
+    block_q, q_pad = _fa_block(seq, block_q)
+    block_k, kv_pad = _fa_block(kv_seq, block_k)
     v_dim = v.shape[3]
     d_pad, dv_pad = (max(16, 1 << (n - 1).bit_length()) for n in (head_dim, v_dim))
     q = jnp.pad(q, ((0, 0), (0, 0), (0, q_pad - seq), (0, d_pad - head_dim)))

@@ -34,7 +34,7 @@ from jax.experimental.pallas import tpu as pltpu
 _MASKED = -1e30
 
 
-def _block(n, want, quantum):
+def _fa_block(n, want, quantum):
     """The largest multiple of quantum dividing n and at most want; n itself (one block spanning the axis,
     always a legal block shape) when there is none."""
     for b in range(min(want, n) // quantum * quantum, 0, -quantum):
@@ -70,9 +70,9 @@ def _fit(q, k, v, bias, block_q, block_k):
         want = (batch, heads, seq, kv_seq)
         if bias.ndim != 4 or any(b not in (1, w) for b, w in zip(bias.shape, want)):
             raise ValueError(f"expected a bias broadcastable to {want}, got {bias.shape=}")
-    bq = _block(seq, block_q, _sublanes(*arrays))
+    bq = _fa_block(seq, block_q, _sublanes(*arrays))
     # a bias block's last axis is a key block: a multiple of the lane width (128) or the whole sequence
-    bk = _block(kv_seq, block_k, 128 if bias is not None and bias.shape[3] > 1 else _sublanes(k, v))
+    bk = _fa_block(kv_seq, block_k, 128 if bias is not None and bias.shape[3] > 1 else _sublanes(k, v))
     return bq, bk
 
 
