@@ -29,7 +29,7 @@ from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.retention import _evaluate, _in_order, _render, _slice
 from mk.author.trace import Traced
-from mk.kernels.gmm import gpu as gpu_kernel, mlp_gpu, mlp_tpu, tpu as tpu_kernel
+from mk.kernels.gmm import gpu as gpu_kernel, masked_gpu, masked_tpu, mlp_gpu, mlp_tpu, tpu as tpu_kernel
 from mk.kernels.swiglu import Shapes, default, space
 from mk.task import Task
 from mk.targets import kernel_language
@@ -37,7 +37,8 @@ from mk.targets import kernel_language
 CHIPS = {"tpu": "v6e", "gpu": "h200"}
 _DEFINED = {"gmm_tpu", "gmm_gpu", "gmm_visits", "gmm_tiles", "_gmm_tpu_kernel", "_gmm_gpu_kernel", "_block", "_fit",
             "_pow2", "_act", "_moe", "combine", "choice", "gmlp_tpu", "gmlp_gpu", "_gmlp_tpu_kernel", "_gmlp_gpu_kernel",
-            "_silu_gate", "_silu_gate_f32"}
+            "_silu_gate", "_silu_gate_f32", "masked_mlp_tpu", "masked_mlp_gpu", "_masked_tpu_kernel",
+            "_masked_gpu_kernel", "_silu_gate_m", "_silu_gate_mf32", "_moe_masked"}
 
 _HELPER = '''def _moe(x, combine, choice, wg, wu, wd, *, act, inter_dtype, down_dtype, out_dtype, precision, **config):
     """sum over each token's k choices of combine[t, n] * act(x_t @ wg[n], x_t @ wu[n]) @ wd[n], n the choice: the
@@ -56,6 +57,17 @@ _HELPER = '''def _moe(x, combine, choice, wg, wu, wd, *, act, inter_dtype, down_
     w = jnp.take_along_axis(combine.reshape(t, n), choice.reshape(t, k).astype(jnp.int32), axis=1)
     dt = jnp.result_type(y.dtype, w.dtype)
     out = jnp.sum(y.astype(dt) * w.astype(dt)[..., None], axis=1)
+    return out.reshape(*lead, -1).astype(out_dtype)
+'''
+
+_MASKED = '''def _moe_masked(x, combine, wg, wu, wd, *, act, inter_dtype, down_dtype, out_dtype, precision, **config):
+    """sum_n combine[t, n] * act(x_t @ wg[n], x_t @ wu[n]) @ wd[n] in one kernel that skips the (token tile, expert)
+    pairs no token of the tile chose. x (tokens..., E); combine (tokens..., N); wg/wu (N, E, M); wd (N, M, E')."""
+    lead, e = x.shape[:-1], x.shape[-1]
+    n = wg.shape[0]
+    dt = jnp.result_type(down_dtype, combine.dtype)
+    out = {fn}(x.reshape(-1, e), wg, wu, wd, combine.reshape(-1, n).astype(dt), activation=act,
+             inter_dtype=inter_dtype, down_dtype=down_dtype, out_dtype=dt, precision=precision, **config)
     return out.reshape(*lead, -1).astype(out_dtype)
 '''
 
@@ -188,7 +200,7 @@ def _check_sparse(task: Task, traced: Traced, prog: Program, found: dict[str, An
         raise Unsupported("the combine weights are not zero outside the top_k choices (the routing is not sparse)")
 
 
-def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
+def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     prog = flatten(traced[0].jaxpr)
     found = _find(prog)
     names = arg_names(task)
@@ -227,8 +239,9 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
                     prog.args[found["x"]].dtype.itemsize)  # the fused MLP's tiling (swiglu's fields)
     tuning = space(target, shapes)
     config = default(CHIPS[target], shapes).kwargs(target)
-    src = _source(task, names, probes, lines, wname, iname, act_lines, hname, found, target, tuning, config)
-    return Proposal(
+    src = _source(task, names, probes, lines, wname, iname, act_lines, hname, found, target, tuning, config, False)
+    masked = _source(task, names, probes, lines, wname, iname, act_lines, hname, found, target, tuning, config, True)
+    return [Proposal(
         name=f"moe-{target}",
         source=src,
         rationale=f"top-{k} of {wg_shape[ge]} experts computed sparsely ({tokens} tokens x {k} choices instead of "
@@ -236,7 +249,15 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         "fused in one grouped kernel (mk/kernels/gmm/mlp) over the sorted rows, each token's rows combined with its "
         "routing weights",
         template="moe",
-    )
+    ), Proposal(
+        name=f"moe-{target}-masked",
+        source=masked,
+        rationale=f"top-{k} of {wg_shape[ge]} experts without sorting: one kernel over (token tile, expert, hidden "
+        "block) that skips the pairs no token of the tile chose (a scalar-prefetched mask on TPU, lax.cond on GPU), "
+        "the gate, the down product and the weighted combine fused; no gather or sort, dense over the experts a "
+        "tile touches (suits few tokens per tile or skewed routing)",
+        template="moe",
+    )]
 
 
 def _rounded(line: str, dtype: Any) -> str:
@@ -249,9 +270,9 @@ def _rounded(line: str, dtype: Any) -> str:
 
 def _source(task: Task, names: list[str], probes: Any, lines: list[str], wname: str, iname: str,
             act_lines: list[str], hname: str, found: dict[str, Any], target: str, tuning: dict[str, list[Any]],
-            config: dict[str, Any]) -> str:
+            config: dict[str, Any], masked: bool) -> str:
     gpu = kernel_language(target) == "triton"
-    fn = "gmlp_gpu" if gpu else "gmlp_tpu"
+    fn = ("masked_mlp_gpu" if gpu else "masked_mlp_tpu") if masked else ("gmlp_gpu" if gpu else "gmlp_tpu")
 
     def moved(i: int, perm: tuple[int, int, int]) -> str:
         return names[i] if perm == (0, 1, 2) else f"jnp.transpose({names[i]}, {perm!r})"
@@ -265,6 +286,12 @@ def _source(task: Task, names: list[str], probes: Any, lines: list[str], wname: 
     cfg_call = ", ".join(f"{k_}={k_}" for k_ in config)
     used = probes.used(*lines)
     text = ("The reference computes every expert for every token and weights the unselected ones by 0; this kernel "
+            "runs one fused kernel over (token tile, expert, hidden block) that skips the pairs no token of the tile "
+            "chose (mk/kernels/gmm/masked_" + target + ".py, copied below unchanged, after the helpers of "
+            f"mk/kernels/gmm/{target}.py): the gate and up products, the reference's gate (_act), the down product and "
+            "the weighted combine; the router (the reference's own ops, plain JAX) gives the combine weights. No sort "
+            "or gather.") if masked else (
+            "The reference computes every expert for every token and weights the unselected ones by 0; this kernel "
             "computes only each token's top-k choices: the router (the reference's own ops, plain JAX) gives the "
             "combine weights and the choices, the choices are sorted by expert (argsort, bincount for the group "
             "sizes), the gate and up products, the reference's gate (_act) and the down product run fused in one "
@@ -278,10 +305,11 @@ def _source(task: Task, names: list[str], probes: Any, lines: list[str], wname: 
         *family_section("gmm", target, gpu_kernel if gpu else tpu_kernel),
         "",
         "",
-        *family_section("gmm", f"mlp_{target}", mlp_gpu if gpu else mlp_tpu),
+        *(family_section("gmm", f"masked_{target}", masked_gpu if gpu else masked_tpu) if masked else
+          family_section("gmm", f"mlp_{target}", mlp_gpu if gpu else mlp_tpu)),
         "",
         "",
-        _HELPER.replace("{fn}", fn).rstrip("\n"),
+        (_MASKED if masked else _HELPER).replace("{fn}", fn).rstrip("\n"),
         "",
         "",
         "def _act(g, u):",
@@ -294,7 +322,8 @@ def _source(task: Task, names: list[str], probes: Any, lines: list[str], wname: 
         *[f"    {v.name} = {v.source}" for v in used if v.name != v.source],
         *[f"    {line}" for line in lines],
         f"    combine, choice = {wname}, {iname}  # the routing: weights (tokens..., N), top-k experts (tokens..., k)",
-        f"    return _moe({names[found['x']]}, combine, choice, {moved(found['wg'], found['g_perm'])}, "
+        (f"    return _moe_masked({names[found['x']]}, combine, " if masked else
+         f"    return _moe({names[found['x']]}, combine, choice, ") + f"{moved(found['wg'], found['g_perm'])}, "
         f"{moved(found['wu'], found['g_perm'])}, {moved(found['wd'], found['d_perm'])}, act=_act, "
         f"inter_dtype={dtype_expr(found['gate'].out.dtype)}, down_dtype={dtype_expr(found['down'].out.dtype)}, "
         f"out_dtype={dtype_expr(found['final'].out.dtype)}, precision={prec_expr}, {cfg_call})",

@@ -35,8 +35,8 @@ from mk.targets import kernel_language
 CHIPS = {"tpu": "v6e", "gpu": "h200"}
 #: names the copied kernel modules and the written epilogue define
 _DEFINED = {"retention_tpu", "retention_gpu", "_abs", "_clamp_one", "_scores", "_stream_kernel", "_resident_kernel",
-            "_block", "_pow2", "_fit", "_row_divisor", "_values", "_fused_kernel", "_divisor_kernel",
-            "_output_kernel", "_pre", "_post", "log_decay", "lg"}
+            "_block", "_pow2", "_fit", "_row_divisor", "_values", "_fused_kernel", "_one_pass_kernel",
+            "_pre", "_post", "log_decay", "lg"}
 
 
 # --- walking the program ----------------------------------------------------------------------------------------
@@ -311,7 +311,9 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     tuning = space(target, shapes)
     config = default(CHIPS[target], shapes).kwargs(target)
     gpu = kernel_language(target) == "triton"
-    kinds = [("", False), ("-two-kernels", True)] if gpu else [("-stream", False), ("-resident", True)]
+    # GPU: one strategy. The kernel's one_pass=True (the scores cast before the division, not after) was judged
+    # incorrect on 15p's large-magnitude case, so it is not offered.
+    kinds = [("", False)] if gpu else [("-stream", False), ("-resident", True)]
     what = ("Mamba-2 style decay exp(c_i - c_j), c computed from the inputs" if form == "c" else
             "RetNet style per-head decay gamma_h^(i-j)")
     plans = {
@@ -322,8 +324,6 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
                      "the normalised value product) as loops inside one grid step",
         "": "one program per query block loops twice over the key blocks at or below the diagonal (row sums, then "
             "the normalised value product), all in registers",
-        "-two-kernels": "two launches: the first writes each row's divisor to HBM, the second recomputes the scores "
-                        "and accumulates the normalised value product",
     }
     out = []
     for suffix, flag in kinds:
@@ -370,7 +370,7 @@ def _source(task: Task, names: list[str], probes: Any, lines: list[str], cname: 
     used = probes.used(*lines)
     cfg_sig = ", ".join(f"{k_}={v!r}" for k_, v in config.items())
     cfg_call = ", ".join(f"{k_}={k_}" for k_ in config)
-    mode = f"two_kernels={flag}" if gpu else f"resident={flag}"
+    mode = f"one_pass={flag}" if gpu else f"resident={flag}"
     text = ("out_i = sum_{j<=i} cast(s_ij / _post(sum_j _pre(s_ij))) v_j with s_ij = (q_i . k_j) exp(c_i - c_j): the "
             "reference's scores, decay mask, row normaliser and value product in one kernel. c, the cumulative log "
             "decay, is computed in plain JAX from the reference's own ops; _pre and _post are its ops before and "

@@ -1,12 +1,15 @@
 """mk.kernels.gmm.mlp_{tpu,gpu}: the grouped gated MLP (act(x @ wg[g], x @ wu[g]) @ wd[g] per row group, fused) in
 interpret mode against a per-group NumPy computation, for groups that share tiles, empty groups, rows past the groups'
-sum and sizes no block divides, in f32 and bf16; both kernels lower."""
+sum and sizes no block divides, in f32 and bf16; and mk.kernels.gmm.masked_{tpu,gpu} (unsorted, unchosen (tile,
+expert) pairs skipped, the weighted combine fused) against the dense weighted sum. All kernels lower."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from mk.kernels.gmm.masked_gpu import masked_mlp_gpu
+from mk.kernels.gmm.masked_tpu import masked_mlp_tpu
 from mk.kernels.gmm.mlp_gpu import gmlp_gpu
 from mk.kernels.gmm.mlp_tpu import gmlp_tpu
 from mk.targets import get_target
@@ -49,4 +52,29 @@ def test_kernels_lower(target, fn):
     st = jax.ShapeDtypeStruct
     args = (st((256, 128), jnp.bfloat16), st((8, 128, 256), jnp.bfloat16), st((8, 128, 256), jnp.bfloat16),
             st((8, 256, 128), jnp.bfloat16), st((8,), jnp.int32))
+    get_target(target).lower(lambda *a: fn(*a), *args)
+
+
+@pytest.mark.parametrize("target,fn,blocks", [("tpu", masked_mlp_tpu, {"block_m": 16, "block_f": 128}),
+                                              ("gpu", masked_mlp_gpu, {"block_m": 16, "block_f": 32, "block_n": 32})])
+@pytest.mark.parametrize("t,f,d,n,k,dtype", [(64, 256, 128, 8, 2, jnp.float32), (48, 384, 96, 6, 3, jnp.bfloat16)])
+def test_masked_matches_weighted_dense_sum(target, fn, blocks, t, f, d, n, k, dtype):
+    x, wg, wu, wd = _inputs(t, 128, f, d, n, dtype)
+    vals, idx = jax.lax.top_k(jax.random.normal(jax.random.key(5), (t, n)), k)
+    w = jnp.sum(jax.nn.one_hot(idx, n) * jax.nn.softmax(vals)[..., None], axis=1)  # zero outside the choices
+    w = w.at[: min(t, 16)].set(w[: min(t, 16)] * (jnp.arange(n) != 0))  # expert 0 unchosen in the first tile
+    xf, gf, uf, df = (np.asarray(a, np.float32) for a in (x, wg, wu, wd))
+    a, b = np.einsum("te,nef->tnf", xf, gf), np.einsum("te,nef->tnf", xf, uf)
+    want = np.einsum("tnd,tn->td", np.einsum("tnf,nfd->tnd", a / (1.0 + np.exp(-a)) * b, df), np.asarray(w))
+    with get_target(target).execution():
+        got = jax.jit(lambda *a: fn(*a, **blocks))(x, wg, wu, wd, w)
+    tol = 3e-2 if dtype == jnp.bfloat16 else 1e-4
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("target,fn", [("tpu", masked_mlp_tpu), ("gpu", masked_mlp_gpu)])
+def test_masked_kernels_lower(target, fn):
+    st = jax.ShapeDtypeStruct
+    args = (st((256, 128), jnp.bfloat16), st((8, 128, 256), jnp.bfloat16), st((8, 128, 256), jnp.bfloat16),
+            st((8, 256, 128), jnp.bfloat16), st((256, 8), jnp.float32))
     get_target(target).lower(lambda *a: fn(*a), *args)

@@ -1,5 +1,6 @@
 """The offline author's MoE recogniser: 10p's dense top-k mixture is written as a sparse one (choices sorted by
-expert, the expert MLP fused in mk.kernels.gmm.mlp_*) in a standalone file that passes the static check and matches
+expert, the expert MLP fused in mk.kernels.gmm.mlp_*; or unsorted, skipping unchosen (tile, expert) pairs in
+mk.kernels.gmm.masked_*) in standalone files that passes the static check and matches
 the reference at other sizes and another k; a combine that is not zero outside the top-k is declined."""
 
 import dataclasses
@@ -26,20 +27,23 @@ def _task():
 @pytest.mark.parametrize("target", ["tpu", "gpu"])
 def test_written_kernel_is_sparse_standalone_and_general(target):
     task = _task()
-    prop = moe.propose(task, trace_scales(task), target)
-    assert prop.template == "moe" and "from mk" not in prop.source and f"def gmlp_{target}(" in prop.source
-    assert "lax.top_k(" in prop.source and "jax.nn.sigmoid(g)" in prop.source  # the router and gate are the reference's
-    assert check_source(prop.source, target=target, require_pallas=True).ok
-    ns = {}
-    exec(compile(prop.source, "candidate", "exec"), ns)
+    props = moe.propose(task, trace_scales(task), target)
+    assert [p.name for p in props] == [f"moe-{target}", f"moe-{target}-masked"]
+    assert f"def gmlp_{target}(" in props[0].source and f"def masked_mlp_{target}(" in props[1].source
     ci = task.scale("ci")
     other = dataclasses.replace(task.with_scales({"ci": dataclasses.replace(ci, dims={**ci.dims, "S": 24, "N": 6})}),
                                 static=(StaticArg("num_experts_per_tok", 3),))
     xs = other.make_inputs("ci", 1, "normal")
     want = np.asarray(other.bind(other.reference, "ci")(*xs), np.float32)
-    with get_target(target).execution():
-        got = np.asarray(jax.jit(other.bind(lambda *a: ns["kernel"](*a), "ci"))(*xs), np.float32)
-    np.testing.assert_allclose(got, want, atol=2e-3, rtol=5e-2)
+    for prop in props:
+        assert prop.template == "moe" and "from mk" not in prop.source
+        assert "lax.top_k(" in prop.source and "jax.nn.sigmoid(g)" in prop.source  # the reference's router and gate
+        assert check_source(prop.source, target=target, require_pallas=True).ok
+        ns = {}
+        exec(compile(prop.source, "candidate", "exec"), ns)
+        with get_target(target).execution():
+            got = np.asarray(jax.jit(other.bind(lambda *a: ns["kernel"](*a), "ci"))(*xs), np.float32)
+        np.testing.assert_allclose(got, want, atol=2e-3, rtol=5e-2)
 
 
 def test_declines_a_dense_combine():

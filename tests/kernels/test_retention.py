@@ -1,4 +1,4 @@
-"""mk.kernels.retention: the TPU (streamed and VMEM-resident) and GPU (one launch and two) kernels in interpret mode
+"""mk.kernels.retention: the TPU (streamed and VMEM-resident) and GPU (two passes and one) kernels in interpret mode
 against the plain-JAX reference, for RetNet's |row|-sum and Mamba-2's signed row sum, lengths that are and are not
 multiples of the blocks, in bf16 and f32."""
 
@@ -28,7 +28,7 @@ def _signed(s):
 
 
 @pytest.mark.parametrize("target,variant", [("tpu", {"resident": False}), ("tpu", {"resident": True}),
-                                            ("gpu", {"two_kernels": False}), ("gpu", {"two_kernels": True})])
+                                            ("gpu", {"one_pass": False}), ("gpu", {"one_pass": True})])
 @pytest.mark.parametrize("s,dtype,mamba", [(256, jnp.bfloat16, False), (200, jnp.float32, True)])
 def test_matches_reference(target, variant, s, dtype, mamba):
     q, k, v, c = _inputs(1, 2, s, 64, dtype, mamba)
@@ -55,7 +55,7 @@ def test_kernels_lower(target):
     st = jax.ShapeDtypeStruct
     q, c = st((1, 4, 512, 128), jnp.bfloat16), st((1, 4, 512), jnp.float32)
     for flag in (False, True):
-        kw = {"resident": flag} if target == "tpu" else {"two_kernels": flag}
+        kw = {"resident": flag} if target == "tpu" else {"one_pass": flag}
         get_target(target).lower(lambda a, b, x, y: kr.retention(a, b, x, y, target=target, **kw), q, q, q, c)
 
 

@@ -1,5 +1,5 @@
 """The offline author's retention recogniser: RetNet (15p) and Mamba-2 SSD (16p) are bound to mk.kernels.retention in
-standalone files (two strategies each) that pass the static check and match the reference at another length; a
+standalone files (two strategies on TPU) that pass the static check and match the reference at another length; a
 decay that is not exp(c_i - c_j) is declined."""
 
 import dataclasses
@@ -24,7 +24,7 @@ def test_written_kernels_are_standalone_and_general(name, target):
     ci = task.scale("ci")
     task = task.with_scales({"ci": ci})
     props = retention.propose(task, trace_scales(task), target)
-    assert len(props) == 2 and len({p.name for p in props}) == 2 and len({p.rationale for p in props}) == 2
+    assert len(props) == (2 if target == "tpu" else 1) and len({p.rationale for p in props}) == len(props)
     other = task.with_scales({"ci": dataclasses.replace(ci, dims={**ci.dims, "S": 96, "H": 3})})
     xs = other.make_inputs("ci", 2, "normal")
     want = np.asarray(other.bind(other.reference, "ci")(*xs), np.float32)

@@ -6,7 +6,8 @@ Mamba-2's SSD in its quadratic form (``c = cumsum(log a)``, a signed row sum)
 are both this computation. ``reference.py`` is the plain-JAX form, ``tpu.py``
 the Mosaic kernel (two passes over key blocks per query block: streamed along
 an "arbitrary" grid axis, or resident in VMEM), ``gpu.py`` the Triton kernel
-(two loops in one program, or two launches), ``config.py`` the typed tiling.
+(two loops over the keys in one program, or one loop dividing at the end),
+``config.py`` the typed tiling.
 """
 
 from __future__ import annotations

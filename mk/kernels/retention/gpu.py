@@ -4,10 +4,11 @@ One program per (batch, head, query block). The row normaliser needs the
 whole row before the value product, so the program loops twice over the key
 blocks at or below the diagonal: first summing ``pre(s)`` per row in
 registers, then dividing the recomputed scores by ``post(sum)``, casting them
-like the reference and accumulating ``p @ v`` in f32. ``two_kernels=True``
-splits the passes into two launches instead: a first kernel writes each row's
-divisor to HBM and a second reads it (fewer registers held per program, one
-extra (B, H, S) array). Sizes are zero-padded to power-of-two blocks (Triton's
+like the reference and accumulating ``p @ v`` in f32. ``one_pass=True``
+reads the keys once: it accumulates the row sums and ``cast(s) @ v`` together
+and divides at the end, so the scores are rounded before the division rather
+than after it (half the score work; not the reference's rounding: judged
+incorrect on RetNet's large-magnitude case, so mk's author does not offer it). Sizes are zero-padded to power-of-two blocks (Triton's
 rule); padded keys lie above every real row's diagonal, padded rows and
 columns are cut off.
 
@@ -84,21 +85,25 @@ def _fused_kernel(q_ref, k_ref, v_ref, c_ref, o_ref, *, block_q, block_k, pre, p
             precision=precision)
 
 
-def _divisor_kernel(q_ref, k_ref, c_ref, d_ref, *, block_q, block_k, pre, post, precision):
-    d_ref[...] = _row_divisor(q_ref, k_ref, c_ref, block_q=block_q, block_k=block_k, pre=pre, post=post,
-                              precision=precision)[3]
-
-
-def _output_kernel(q_ref, k_ref, v_ref, c_ref, d_ref, o_ref, *, block_q, block_k, pv_dtype, precision):
+def _one_pass_kernel(q_ref, k_ref, v_ref, c_ref, o_ref, *, block_q, block_k, pre, post, pv_dtype, precision):
     i = pl.program_id(2)
     q, cq = q_ref[...], c_ref[pl.ds(i * block_q, block_q)]
     live = (i * block_q + block_q - 1) // block_k + 1
-    _values(q, cq, live, d_ref[...], k_ref, v_ref, c_ref, o_ref, block_q=block_q, block_k=block_k,
-            pv_dtype=pv_dtype, precision=precision)
+
+    def step(j, carry):
+        den, acc = carry
+        s = _scores(q, k_ref, c_ref, cq, i, j, block_q, block_k, precision)
+        v = v_ref[pl.ds(j * block_k, block_k), :]
+        acc = acc + lax.dot_general(s.astype(pv_dtype), v, (((1,), (0,)), ((), ())), precision=precision,
+                                    preferred_element_type=jnp.float32)
+        return den + jnp.sum(pre(s), axis=1), acc
+
+    den, acc = lax.fori_loop(0, live, step, (jnp.zeros((block_q,), jnp.float32), jnp.zeros(o_ref.shape, jnp.float32)))
+    o_ref[...] = (acc / post(den)[:, None]).astype(o_ref.dtype)
 
 
 def retention_gpu(q, k, v, c, *, pre=None, post=None, pv_dtype=None, out_dtype=None, precision=None, block_q=64,
-                  block_k=64, num_warps=4, num_stages=2, two_kernels=False):
+                  block_k=64, num_warps=4, num_stages=2, one_pass=False):
     """q/k/v (B, H, S, D), c (B, H, S) f32 -> (B, H, S, Dv), as :func:`retention_tpu`, on padded power-of-two
     blocks."""
     b, h, s, d = q.shape
@@ -124,23 +129,10 @@ def retention_gpu(q, k, v, c, *, pre=None, post=None, pv_dtype=None, out_dtype=N
     o_spec = pl.BlockSpec((None, None, bq, dv_pad), lambda bb, hh, i: (bb, hh, i, 0))
     params = pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
     out_shape = jax.ShapeDtypeStruct((b, h, s_pad, dv_pad), out_dtype or v.dtype)
-    if two_kernels:
-        div = pl.pallas_call(
-            functools.partial(_divisor_kernel, pre=pre, post=post, **kw),
-            grid=grid, in_specs=[q_spec, k_spec, c_spec],
-            out_specs=pl.BlockSpec((None, None, bq), lambda bb, hh, i: (bb, hh, i)),
-            out_shape=jax.ShapeDtypeStruct((b, h, s_pad), jnp.float32), compiler_params=params,
-        )(qp, kp, cp)
-        out = pl.pallas_call(
-            functools.partial(_output_kernel, pv_dtype=pv_dtype, **kw),
-            grid=grid, in_specs=[q_spec, k_spec, v_spec, c_spec,
-                                 pl.BlockSpec((None, None, bq), lambda bb, hh, i: (bb, hh, i))],
-            out_specs=o_spec, out_shape=out_shape, compiler_params=params,
-        )(qp, kp, vp, cp, div)
-    else:
-        out = pl.pallas_call(
-            functools.partial(_fused_kernel, pre=pre, post=post, pv_dtype=pv_dtype, **kw),
-            grid=grid, in_specs=[q_spec, k_spec, v_spec, c_spec], out_specs=o_spec, out_shape=out_shape,
-            compiler_params=params,
-        )(qp, kp, vp, cp)
+    out = pl.pallas_call(
+        functools.partial(_one_pass_kernel if one_pass else _fused_kernel, pre=pre, post=post, pv_dtype=pv_dtype,
+                          **kw),
+        grid=grid, in_specs=[q_spec, k_spec, v_spec, c_spec], out_specs=o_spec, out_shape=out_shape,
+        compiler_params=params,
+    )(qp, kp, vp, cp)
     return out[:, :, :s, :dv]
