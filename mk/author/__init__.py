@@ -44,7 +44,7 @@ TEMPLATES = (
      "dynamic row slabs); kernels from mk/kernels/gmm", gmm),
     ("swiglu", "gated MLP (SwiGLU and other gates) with both up-projections, the gate and the down-projection fused; "
      "kernels from mk/kernels/swiglu", swiglu),
-    ("matmul", "tiled matmul with the reference's elementwise epilogue fused (bias, scale, residual, clamp, activations)", matmul),
+    ("matmul", "tiled matmul with the reference's epilogue fused (bias, scale, residual, clamp, activations, group norms, window pooling), or split-K with the epilogue after it in XLA", matmul),
     ("rowwise", "row-wise kernels with whole rows per block (RMSNorm, LayerNorm, softmax, logsumexp, long elementwise chains)", rowwise),
 )
 
