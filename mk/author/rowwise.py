@@ -47,7 +47,7 @@ def find_layout(traced: Traced) -> RowLayout:
     raise Unsupported("the outputs do not share leading row axes with the largest input")
 
 
-def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
+def propose(task: Task, traced: list[Traced], target: str) -> Proposal | list[Proposal]:
     t0 = traced[0]
     layout = find_layout(t0)
     if len(traced) > 1:
@@ -84,7 +84,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     source = _render(task, names, probes.used(*body.lines, *body.outputs), body, layout, target, space, sublanes)
     if backward is not None:
         source = _with_backward(source, task, target, backward)
-    return Proposal(
+    whole = Proposal(
         name=f"rowwise-{target}",
         source=source,
         rationale=f"row-wise fusion over {layout.lead} leading axes ({'x'.join(map(str, layout.rows))} rows at scale {t0.scale}); "
@@ -94,6 +94,27 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
            "gradient reduced over rows)" if backward is not None else ""),
         template="rowwise",
     )
+    try:
+        op = backward or _softmax_op(task, traced, layout)
+    except Exception as exc:  # noqa: BLE001 - the whole-row proposal stands alone
+        log.warning("rowwise: looking for a softmax in %s failed (%s: %s)", task.name, type(exc).__name__, exc)
+        op = None
+    if op is None:
+        return whole
+    two = _two_pass_source(task, t0, op, target)
+    if backward is not None:
+        two = _with_backward(two, task, target, backward)
+    label = "softmax" if op.kind == "softmax" else op.label
+    return [whole, Proposal(
+        name=f"rowwise-two-pass-{target}",
+        source=two,
+        rationale=f"two-pass row reduction for long rows ({label} over the last axis), one kernel: pass 1 reads each "
+        "row in column blocks and keeps its statistics (" + ("running max and sum of exponentials" if op.kind == "softmax" else
+                                              "sums of x and x^2" if op.kind == "layer" else "sum of x^2")
+        + ") in f32, pass 2 reads it again and writes the normalised blocks; no whole row needs to fit on chip"
+        + (f"; backward: the {backward.label} backward kernel of mk/kernels/norm" if backward is not None else ""),
+        template="rowwise",
+    )]
 
 
 def _block_rows_space(target: str, layout: RowLayout, row_bytes: int, sublanes: int) -> list[int]:
@@ -418,3 +439,214 @@ def _with_backward(source: str, task: Task, target: str, nb: NormBackward) -> st
     if not gpu and "pallas import tpu as pltpu" not in source:
         source = head + sep + "from jax.experimental.pallas import tpu as pltpu\n" + rest
     return source.rstrip("\n") + "\n" + "\n".join(lines)
+
+
+# --- the two-pass variant (long rows) -------------------------------------------------------------------------------
+def _softmax_op(task: Task, traced: list[Traced], layout: RowLayout) -> NormBackward | None:
+    """A reference that is ``softmax(x, axis=-1)`` of its one input (checked on random draws), as an op with kind
+    ``softmax`` (no weight, bias or epsilon); None otherwise."""
+    import jax
+    import jax.numpy as jnp
+
+    t0 = traced[0]
+    if len(task.args) != 1 or layout.row_inputs != (True,) or len(t0.jaxpr.jaxpr.outvars) != 1:
+        return None
+    shape = tuple(t0.shapes[0])
+    if layout.lead != len(shape) - 1 or tuple(t0.jaxpr.jaxpr.outvars[0].aval.shape) != shape:
+        return None
+    dt = np_dtype(task.args[0].dtype)
+    if not jnp.issubdtype(dt, jnp.floating):
+        return None
+    rng = np.random.default_rng(3)
+    ref = jax.jit(task.bind(task.reference, t0.scale))
+    tol = max(*task.tolerance.for_output(0), 1e-6)
+    for _ in range(2):
+        x = jnp.asarray(rng.standard_normal(shape).astype(np.float32) * 3, dtype=dt)
+        want = np.asarray(ref(x), np.float32)
+        got = np.asarray(jax.nn.softmax(x.astype(jnp.float32), axis=-1), np.float32)
+        if want.shape != got.shape or np.abs(want - got).max() > 2 * tol * max(1.0, float(np.abs(got).max())):
+            return None
+    return NormBackward("softmax", 0, None, None, "0.0")
+
+
+_TWO_PASS_TPU = """
+def _normalise(x, a, b, *, kind, d, eps):
+    if kind == "softmax":
+        return jnp.exp(x - a) / b
+    if kind == "rms":
+        return x * lax.rsqrt(b / d + eps)
+    mu = a / d
+    return (x - mu) * lax.rsqrt(jnp.maximum(b / d - mu * mu, 0.0) + eps)
+
+
+def _two_pass_kernel(*refs, kind, d, eps, has_w, has_b):
+    \"\"\"Grid (row blocks, pass, column blocks). Pass 0 folds each column block into the rows' running statistics
+    (f32 VMEM scratch); pass 1 reads the blocks again and writes them normalised. The output block stays resident
+    (same index) through pass 0 and is written from pass 1 on.\"\"\"
+    x_ref = refs[0]
+    w_ref = refs[1] if has_w else None
+    bias_ref = refs[1 + has_w] if has_b else None
+    o_ref, a_ref, b_ref = refs[1 + has_w + has_b:]
+    p, j = pl.program_id(1), pl.program_id(2)
+    x = x_ref[...].astype(jnp.float32)
+
+    @pl.when((p == 0) & (j == 0))
+    def _init():
+        a_ref[...] = jnp.full(a_ref.shape, -1e30 if kind == "softmax" else 0.0, jnp.float32)
+        b_ref[...] = jnp.zeros(b_ref.shape, jnp.float32)
+
+    @pl.when(p == 0)
+    def _stats():
+        if kind == "softmax":
+            m_new = jnp.maximum(a_ref[...], jnp.max(x, axis=1, keepdims=True))
+            b_ref[...] = b_ref[...] * jnp.exp(a_ref[...] - m_new) + jnp.sum(jnp.exp(x - m_new), axis=1, keepdims=True)
+            a_ref[...] = m_new
+        else:
+            a_ref[...] += jnp.sum(x, axis=1, keepdims=True)
+            b_ref[...] += jnp.sum(x * x, axis=1, keepdims=True)
+
+    @pl.when(p == 1)
+    def _apply():
+        y = _normalise(x, a_ref[...], b_ref[...], kind=kind, d=d, eps=eps)
+        if has_w:
+            y = y * w_ref[...].astype(jnp.float32)
+        if has_b:
+            y = y + bias_ref[...].astype(jnp.float32)
+        o_ref[...] = y.astype(o_ref.dtype)
+
+
+def _tp_block(n, want, quantum):
+    \"\"\"The largest multiple of quantum dividing n, at most want; n itself (the whole axis) when none does.\"\"\"
+    for b in range(min(want, n) // quantum * quantum, 0, -quantum):
+        if n % b == 0:
+            return b
+    return n
+
+
+def two_pass(x, w, b, *, kind, eps, out_dtype, block_rows, block_cols):
+    n, d = x.shape
+    br = _tp_block(n, block_rows, SUBLANES)
+    bc = _tp_block(d, block_cols, 128)
+    params = [q.reshape(1, d) for q in (w, b) if q is not None]
+    return pl.pallas_call(
+        functools.partial(_two_pass_kernel, kind=kind, d=d, eps=eps, has_w=w is not None, has_b=b is not None),
+        grid=(n // br, 2, d // bc),
+        in_specs=[pl.BlockSpec((br, bc), lambda i, p, j: (i, j))]
+        + [pl.BlockSpec((1, bc), lambda i, p, j: (0, j))] * len(params),
+        out_specs=pl.BlockSpec((br, bc), lambda i, p, j: (i, j * p)),
+        out_shape=jax.ShapeDtypeStruct((n, d), out_dtype),
+        scratch_shapes=[pltpu.VMEM((br, 1), jnp.float32), pltpu.VMEM((br, 1), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary")),
+        name="rowwise_two_pass",
+    )(x, *params)
+"""
+
+_TWO_PASS_GPU = """
+def _tp_pow2(n):
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _normalise(x, a, b, *, kind, d, eps):
+    if kind == "softmax":
+        return jnp.exp(x - a) / b
+    if kind == "rms":
+        return x * lax.rsqrt(b / d + eps)
+    mu = a / d
+    return (x - mu) * lax.rsqrt(jnp.maximum(b / d - mu * mu, 0.0) + eps)
+
+
+def _two_pass_kernel(*refs, kind, d, eps, has_w, has_b, block_cols, ncols):
+    \"\"\"One program per row block: a first loop over the row's column blocks (pl.ds slices) folds them into f32
+    statistics, a second loop reads them again and writes them normalised.\"\"\"
+    x_ref = refs[0]
+    w_ref = refs[1] if has_w else None
+    bias_ref = refs[1 + has_w] if has_b else None
+    o_ref = refs[-1]
+    br = x_ref.shape[0]
+
+    def cols(j):
+        return pl.ds(j * block_cols, block_cols)
+
+    def stats(j, carry):
+        a, s = carry
+        x = x_ref[:, cols(j)].astype(jnp.float32)
+        live = j * block_cols + lax.broadcasted_iota(jnp.int32, x.shape, 1) < d
+        if kind == "softmax":
+            x = jnp.where(live, x, -1e30)
+            m_new = jnp.maximum(a, jnp.max(x, axis=1))
+            return m_new, s * jnp.exp(a - m_new) + jnp.sum(jnp.exp(x - m_new[:, None]), axis=1)
+        x = jnp.where(live, x, 0.0)
+        return a + jnp.sum(x, axis=1), s + jnp.sum(x * x, axis=1)
+
+    init = (jnp.full((br,), -1e30 if kind == "softmax" else 0.0, jnp.float32), jnp.zeros((br,), jnp.float32))
+    a, s = lax.fori_loop(0, ncols, stats, init)
+
+    def apply(j, carry):
+        x = x_ref[:, cols(j)].astype(jnp.float32)
+        y = _normalise(x, a[:, None], s[:, None], kind=kind, d=d, eps=eps)
+        if has_w:
+            y = y * w_ref[cols(j)].astype(jnp.float32)[None, :]
+        if has_b:
+            y = y + bias_ref[cols(j)].astype(jnp.float32)[None, :]
+        o_ref[:, cols(j)] = y.astype(o_ref.dtype)
+        return carry
+
+    lax.fori_loop(0, ncols, apply, 0)
+
+
+def two_pass(x, w, b, *, kind, eps, out_dtype, block_rows, block_cols):
+    n, d = x.shape
+    br = max(1, min(_tp_pow2(block_rows), _tp_pow2(n)))
+    bc = max(16, min(_tp_pow2(block_cols), _tp_pow2(d)))
+    npad, dpad = -(-n // br) * br, -(-d // bc) * bc
+    xp = jnp.pad(x, ((0, npad - n), (0, dpad - d)))
+    params = [jnp.pad(q, (0, dpad - d)) for q in (w, b) if q is not None]
+    out = pl.pallas_call(
+        functools.partial(_two_pass_kernel, kind=kind, d=d, eps=eps, has_w=w is not None, has_b=b is not None,
+                          block_cols=bc, ncols=dpad // bc),
+        grid=(npad // br,),
+        in_specs=[pl.BlockSpec((br, dpad), lambda i: (i, 0))] + [pl.BlockSpec((dpad,), lambda i: (0,))] * len(params),
+        out_specs=pl.BlockSpec((br, dpad), lambda i: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct((npad, dpad), out_dtype),
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
+        name="rowwise_two_pass",
+    )(xp, *params)
+    return out[:n, :d]
+"""
+
+
+def _two_pass_source(task: Task, t0: Traced, op: NormBackward, target: str) -> str:
+    """The two-pass written file: the statistics kernel and the apply kernel, then ``kernel``."""
+    from mk.author.emit import dtype_expr, file_head
+
+    gpu = kernel_language(target) == "triton"
+    names = arg_names(task)
+    out_dtype = dtype_expr(t0.jaxpr.jaxpr.outvars[0].aval.dtype)
+    x = names[op.x]
+    w = names[op.w] if op.w is not None else "None"
+    b = names[op.b] if op.b is not None else "None"
+    itemsize = min(np_dtype(a.dtype).itemsize for a in task.args)
+    sublanes = 8 * max(1, 4 // itemsize)
+    space = ({"block_rows": [1, 4, 16], "block_cols": [256, 1024, 4096]} if gpu else
+             {"block_rows": [sublanes, 64, 256], "block_cols": [512, 2048, 8192]})
+    cfg = "block_rows=16, block_cols=1024" if gpu else "block_rows=64, block_cols=2048"
+    what = "softmax" if op.kind == "softmax" else op.label
+    text = (f"{what} over the last axis in two passes, for rows too long to hold on chip: pass 1 reads each row in "
+            "column blocks and keeps its statistics in f32, pass 2 reads it again and writes the normalised blocks. "
+            "Sizes are read from the arguments at trace time; block sizes are requests fitted to them"
+            + (" (powers of two, the padding masked out of the statistics)." if gpu else "."))
+    lines = [
+        *file_head(f"mk offline author: two-pass row reduction for {task.name} (target {target}).", text, gpu=gpu,
+                   space=space),
+        *([] if gpu else [f"#: rows per sublane tile of the narrowest dtype", f"SUBLANES = {sublanes}"]),
+        (_TWO_PASS_GPU if gpu else _TWO_PASS_TPU).rstrip("\n"),
+        "",
+        "",
+        f"def kernel({signature(task, cfg)}):",
+        f"    d = {x}.shape[-1]",
+        f"    out = two_pass({x}.reshape(-1, d), {w}, {b}, kind={op.kind!r}, eps={op.eps}, out_dtype={out_dtype}, "
+        "block_rows=block_rows, block_cols=block_cols)",
+        f"    return out.reshape({x}.shape)",
+        "",
+    ]
+    return "\n".join(lines)
