@@ -63,6 +63,13 @@ class BudgetExceeded(MkError):
     """A run's budget (LM calls, cost, wall time) is spent."""
 
 
+class ModelFailed(MkError):
+    """The language model kept failing (rate limit, server error, timeout, transport) after its retries before the
+    run had anything to keep; the run is recorded ``failed`` and can be resumed once the provider answers."""
+
+    exit_code = 1
+
+
 class KnowledgeError(MkError):
     """The knowledge store could not be built, loaded or searched."""
 

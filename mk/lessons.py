@@ -71,9 +71,11 @@ def record_fix(store: Any, *, task: Any, target: str, error: str, before: str, a
     if store is None or not error or before == after:
         return None
     try:
+        problem, lesson = error[-2000:], fix_diff(before, after)
+        if _known(store, "fix", target, problem, lesson):
+            return None
         return store.add_lesson(kind="fix", target=target, task=task.name, shape_class=shape_class(task),
-                                problem=error[-2000:], lesson=fix_diff(before, after), status="validated", run_id=run_id,
-                                node_id=node_id)
+                                problem=problem, lesson=lesson, status="validated", run_id=run_id, node_id=node_id)
     except Exception as exc:  # noqa: BLE001 - a lesson not kept must not end the run
         log.warning("could not keep the lesson from this fix: %s", exc)
         return None
@@ -85,12 +87,25 @@ def record_plan(store: Any, *, task: Any, target: str, plan: str, speedup: float
     if store is None or not plan.strip():
         return None
     try:
+        problem = task_words(task)
+        if _known(store, "plan", target, problem, plan[:2000], speedup):
+            return None
         return store.add_lesson(kind="plan", target=target, task=task.name, shape_class=shape_class(task),
-                                problem=task_words(task), lesson=plan[:2000], status="correct", speedup=speedup,
+                                problem=problem, lesson=plan[:2000], status="correct", speedup=speedup,
                                 run_id=run_id, node_id=node_id)
     except Exception as exc:  # noqa: BLE001
         log.warning("could not keep the lesson from this plan: %s", exc)
         return None
+
+
+def _known(store: Any, kind: str, target: str, problem: str, lesson: str, speedup: float | None = None) -> bool:
+    """True when a live lesson already says this (the same problem and lesson, and for a plan no better speedup): the
+    same mistake fixed the same way in every run must not fill the fixer's few lesson slots with copies."""
+    for r in store.lessons(kind=kind, target=target):
+        if r.get("problem") == problem and r.get("lesson") == lesson:
+            if speedup is None or (r.get("speedup") is not None and r["speedup"] >= speedup):
+                return True
+    return False
 
 
 class LessonBuffer:
@@ -109,8 +124,9 @@ class LessonBuffer:
     def add_lesson(self, **row: Any) -> str:
         kept = {k: v for k, v in row.items() if k not in ("run_id", "node_id")}
         self.new.append(kept)
-        self.rows.insert(0, {**kept, "run_id": row.get("run_id"), "node_id": row.get("node_id"), "dropped": False})
-        return f"pending-{len(self.new)}"
+        ident = f"pending-{len(self.new)}"
+        self.rows.insert(0, {**kept, "id": ident, "run_id": row.get("run_id"), "node_id": row.get("node_id"), "dropped": False})
+        return ident
 
 
 def rank(query: str, lessons: Iterable[dict[str, Any]], k: int = 3) -> list[dict[str, Any]]:
@@ -137,7 +153,11 @@ def recall(store: Any, query: str, *, kind: str, target: str, exclude_run: str |
     if store is None:
         return ""
     try:
-        rows = [r for r in store.lessons(kind=kind, target=target) if exclude_run is None or r.get("run_id") != exclude_run]
+        rows, seen = [], set()
+        for r in store.lessons(kind=kind, target=target):  # newest first; a copy of a kept lesson adds nothing
+            if (exclude_run is None or r.get("run_id") != exclude_run) and (r.get("problem"), r.get("lesson")) not in seen:
+                seen.add((r.get("problem"), r.get("lesson")))
+                rows.append(r)
     except Exception as exc:  # noqa: BLE001 - an old store without the table, a locked one: no lessons, not a failure
         log.debug("no lessons: %s", exc)
         return ""

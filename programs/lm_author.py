@@ -59,7 +59,7 @@ import dspy
 from mk.author.proposal import Proposal
 from mk.errors import AgentOutputError, BudgetExceeded, ConfigError, KnowledgeError, MkError
 from mk.harness.suite import DEFAULT_DISTRIBUTIONS, DEFAULT_SEEDS, Case
-from mk.harness.results import WHOLE_ERROR
+from mk.harness.results import reason_of
 from mk.lm import agent_scope, node_scope
 from mk.profile import ProfileReport
 from mk.authors import Author
@@ -667,7 +667,7 @@ class LMAuthor(Author):
         from mk.programs.test_synthesizer import input_spec
 
         attempts = self._fixes.setdefault((getattr(ctx, "iteration", 0), proposal.name), [])
-        query = error.split(WHOLE_ERROR)[0]  # the verdict's reason: the message, not the traceback's file lines
+        query = reason_of(error)  # the verdict's reason: the message, not the traceback's file lines
         passages = with_lessons(ctx, self._retrieve(query[-1500:], ctx.target), "Fixes that resolved similar errors in earlier runs")
         plan = getattr(ctx, "plan", None)
         try:
@@ -761,7 +761,7 @@ class LMAuthor(Author):
             return False
         first = next(s for s in ctx.history if s.correct)
         self._stop(f"no {ctx.target} device here to time kernels: stopped after the first correct kernel "
-                   f"(iteration {first.iteration}, {first.proposal}); set explore_without_device to keep exploring")
+                   f"(iteration {first.iteration}, {first.proposal}); pass --explore (explore=True in Python) to keep exploring")
         return True
 
     def _stop(self, reason: str, *, sticky: bool = True) -> None:
@@ -845,16 +845,13 @@ def _fixes_text(attempts: list[dict[str, str]], error: str) -> str:
     for i, a in enumerate(attempts):
         after = attempts[i + 1]["error"] if i + 1 < len(attempts) else error
         same = " (the same error as before it)" if after.strip() == a["error"].strip() else ""
-        lines.append(f"fix attempt {i + 1}: for the error {_clip(_last_line(a['error']), 400)!r} you changed: "
-                     f"{_clip(a['explanation'], 400)}\n  it failed{same}: {_clip(_last_line(after), 600)}")
+        lines.append(f"fix attempt {i + 1}: for the error {_clip(reason_of(a['error']), 400)!r} you changed: "
+                     f"{_clip(a['explanation'], 400)}\n  it failed{same}: {_clip(reason_of(after), 600)}")
     if lines:
         lines.append("Each of these failed: do not repeat a failed fix; try a different change.")
     return "\n".join(lines)
 
 
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 def _plan_text(plan: Any) -> str:

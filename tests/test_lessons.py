@@ -166,3 +166,20 @@ def test_a_search_node_keeps_its_lessons_with_its_node_and_a_later_node_recalls_
         Search(Recalling, algorithm="parallel", width=1, depth=1, branches=1, target="cpu", workers="inline",
                evaluate=_judge, store=store, tune=False).run(task)
         assert seen and "+    return jnp.tanh(x) * 2.0" in seen[0] and res.run_id[:12] in seen[0]
+
+
+def test_the_same_lesson_is_kept_once():
+    import mk.lessons as lessons
+    from mk.lessons import LessonBuffer, record_fix, record_plan
+
+    buf = LessonBuffer()
+
+    task = load_task(str(EXAMPLES / "rmsnorm.py"))
+    for _ in range(3):
+        record_fix(buf, task=task, target="tpu", error="TypeError: shapes (3,) and (256,)", before="a\n", after="b\n",
+                   run_id="r1", node_id=None)
+        record_plan(buf, task=task, target="tpu", plan="tile rows", speedup=None, run_id="r1", node_id=None)
+    assert [r["kind"] for r in buf.new] == ["fix", "plan"]
+    record_plan(buf, task=task, target="tpu", plan="tile rows", speedup=1.5, run_id="r2", node_id=None)  # now measured
+    assert len(buf.new) == 3
+    assert lessons.recall(buf, "TypeError: shapes (3,) and (256,)", kind="fix", target="tpu").count("lesson ") == 1

@@ -297,3 +297,19 @@ def test_beam_search_width_2_depth_2_repeats_no_planner_prompt(fake, tmp_path):
     assert all(n.status != "duplicate" for n in res.nodes)  # so no node re-judged another's code
     hints = [p for p in planner if "Sibling branches already chose:" in p]
     assert hints and all(any(s in p for s in strategies) for p in hints)  # siblings' strategies, not just names
+
+
+def test_the_reason_is_the_cause_not_a_docs_link_and_earlier_fixes_quote_it():
+    """JAX's Pallas errors end with "See details at <url>": the verdict's line is the cause above it; the fixer's
+    list of earlier attempts quotes each attempt's reason, not the candidate's traceback lines after it."""
+    from mk.harness.evaluate import _last_line
+    from mk.harness.results import WHOLE_ERROR, reason_of
+    from mk.programs.lm_author import _fixes_text
+
+    err = ("ValueError: the last two dimensions of your block shape must be divisible by 8 and 128\n"
+           "See details at https://docs.jax.dev/en/latest/pallas/grid_blockspec.html#pallas-blockspec")
+    assert _last_line(err).startswith("ValueError: the last two dimensions")
+    first = f"compile check failed: cannot tile 129 rows{WHOLE_ERROR}\nValueError: ...\ncandidate.py line 10, in _pick: raise"
+    text = _fixes_text([{"error": first, "explanation": "padded the rows", "code": "x"}], "compile check failed: still 129")
+    assert "'compile check failed: cannot tile 129 rows'" in text and "line 10" not in text and "still 129" in text
+    assert reason_of(first) == "compile check failed: cannot tile 129 rows"

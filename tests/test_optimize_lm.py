@@ -99,3 +99,30 @@ def test_a_persistent_rate_limit_ends_the_run_failed_with_the_best_kernel_writte
     with Store.open(tmp_path / "db.duckdb", read_only=True) as store:
         run = store.get_run(report.run_id)
     assert run["status"] == "failed" and "429" in run["reason"]
+
+
+def test_a_rate_limit_while_tests_are_synthesised_fails_the_run_cleanly(tmp_path):
+    """The suite is frozen (the author's test synthesis) before Auto's first step: a provider that keeps failing there
+    marks the run failed with the reason and a typed error names the resume command; the run is never left running."""
+    from dspy.utils.exceptions import LMRateLimitError
+
+    from mk.errors import ModelFailed
+
+    lm = script()
+    engine = lm._engine_spec
+    plain = type(engine)._complete_messages
+
+    def limited(self, messages):
+        if "[[ ## test_cases ## ]]" in messages[-1]["content"] or "[[ ## cases ## ]]" in messages[-1]["content"]:
+            raise LMRateLimitError("429 RESOURCE_EXHAUSTED: quota exceeded (after 3 retries)")
+        return plain(self, messages)
+
+    engine._complete_messages = limited.__get__(engine)
+    task = load_task(RMSNORM)
+    task = task.with_scales({"ci": task.scale("ci")})
+    with pytest.raises(ModelFailed) as info:
+        optimize_task(task, target="cpu", lm=lm, iterations=2, db=tmp_path / "db.duckdb", out=tmp_path / "out", tune=False)
+    assert "mk resume " in str(info.value) and "LMRateLimitError" in str(info.value)
+    with Store.open(tmp_path / "db.duckdb", read_only=True) as store:
+        (run,) = store.list_runs()
+    assert run["status"] == "failed" and "429" in run["reason"]

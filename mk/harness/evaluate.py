@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import secrets
 import shutil
 import time
@@ -826,10 +827,17 @@ def _whole_error(reply: Mapping[str, Any]) -> str:
     return (full[:6000] + where)[:8000] + at
 
 
+#: a line that only points elsewhere ("See details at https://...", a bare link): JAX ends some errors with one
+_POINTER = re.compile(r"^(?:(?:see|for)(?: more)?(?: details| information| info)?(?: at| in| on|, see)?:?\s*)?"
+                      r"<?https?://\S+>?\W*$", re.IGNORECASE)
+
+
 def _last_line(text: str) -> str:
-    """The line of an error that says what went wrong: the last non-empty one (Python puts the cause last)."""
+    """The line of an error that says what went wrong: the last non-empty one (Python puts the cause last) that is not
+    only a pointer to documentation (JAX's Pallas errors end with "See details at <url>")."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else text.strip()
+    meaningful = [ln for ln in lines if not _POINTER.match(ln)]
+    return (meaningful or lines or [text.strip()])[-1]
 
 
 def _one_line(text: str, limit: int = 600) -> str:

@@ -84,6 +84,14 @@ class CostResult(BaseModel):
 WHOLE_ERROR = "\n\nThe whole error:"
 
 
+def reason_of(fix_text: str) -> str:
+    """The verdict's one-line reason of a :meth:`EvalResult.fix_text` (the line of an error text that says what went
+    wrong, when given some other text: its last non-empty line)."""
+    head = (fix_text or "").split(WHOLE_ERROR)[0].strip()
+    lines = [ln.strip() for ln in head.splitlines() if ln.strip()]
+    return lines[-1] if len(lines) > 1 else head
+
+
 class EvalResult(BaseModel):
     """The judge's verdict on one candidate for one task and target."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from mk.errors import ConfigError
+from mk.errors import ConfigError, ModelFailed
 from mk.run.output import Best
 from mk.run.service import Outcome, Run
 
@@ -30,11 +30,20 @@ def drive(run: Run, author: Any, *, meter: Any = None, on_event: Events = None, 
             return _auto(run, author, meter, on_event, snapshots)
         raise ConfigError(f"a {run.config.mode!r} run is not driven here", hint="mk bench runs its own methods")
     except Exception as exc:
+        from mk.lm import lm_failed
+
         unusable = unusable_lm(exc)
-        if unusable is None:
+        if unusable is not None:
+            run.fail(f"the language model cannot be used: {str(exc).splitlines()[0][:300]}")
+            raise unusable from None
+        if not lm_failed(exc):
             raise
-        run.fail(f"the language model cannot be used: {str(exc).splitlines()[0][:300]}")
-        raise unusable from None
+        # a provider failure outside Auto's steps (the author's test synthesis while the suite is frozen): the run
+        # is marked, not left 'running', and the message says how to continue
+        why = f"the language model failed after its retries ({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
+        run.fail(why)
+        raise ModelFailed(f"run {run.id} failed: {why}",
+                          hint=f"nothing was lost; once the provider answers, continue it with: {run.resume_command()}") from None
 
 
 def _auto(run: Run, author: Any, meter: Any, on_event: Events, snapshots: list[Any] | None) -> Outcome:
