@@ -332,6 +332,9 @@ class Store:
                 raise StoreError(f"{len(rows)} runs have ids starting with {ident!r} in {self.path}",
                                  hint="`mk runs` lists the runs; give more of the id")
         if run is None:
+            bench = self.query("SELECT id FROM bench_runs WHERE id LIKE ?", [ident + "%"]) if ident else []
+            if len(bench) == 1:  # a benchmark's id: it has its own resume
+                raise StoreError(f"{ident!r} is a benchmark, not a run", hint=f"continue it with: mk bench --resume {bench[0]['id']}")
             raise StoreError(f"no run matches {ident!r} in {self.path} (as its id or a unique prefix of one)",
                              hint="`mk runs` lists the runs; give the id or a unique prefix of it")
         return run

@@ -36,3 +36,36 @@ def finish_bench(store: Store, bench_id: str, metrics: Mapping[str, Metrics], st
     store.execute("UPDATE bench_runs SET metrics = ?, status = ?, finished_at = ? WHERE id = ?",
                   [to_json({k: v.to_dict() for k, v in metrics.items()}), status, _now(), bench_id])
 
+
+#: the BenchConfig fields a resumed benchmark takes from its stored config (the rest are the caller's: db, factories)
+RESUMED = ("iterations", "samples", "tune", "max_trials", "measure", "search", "repeats", "plots", "out", "lm")
+
+
+def load_bench(store: Store, bench_id: str) -> tuple[dict[str, Any], list[TaskRow]]:
+    """The stored benchmark ``bench_id`` (its ``bench_runs`` row, JSON decoded) and the rows it finished."""
+    import json
+
+    from mk.bench.results import Step
+    from mk.errors import StoreError
+
+    rows = store.query("SELECT * FROM bench_runs WHERE id = ? OR id LIKE ?", [bench_id, bench_id + "%"]) if bench_id else []
+    if len(rows) != 1:
+        raise StoreError(f"no benchmark matches {bench_id!r}" if not rows else f"{len(rows)} benchmarks match {bench_id!r}",
+                         hint="`mk bench` prints its bench id when it stops; give that id (or a unique prefix)")
+    bench = dict(rows[0])
+    for key in ("methods", "config", "metrics"):
+        if isinstance(bench.get(key), str):
+            bench[key] = json.loads(bench[key])
+    done = []
+    for r in store.query("SELECT * FROM bench_results WHERE bench_id = ? ORDER BY created_at", [bench["id"]]):
+        progress = r["progress"] if not isinstance(r["progress"], str) else json.loads(r["progress"])
+        done.append(TaskRow(r["method"], r["task"], r["status"], r["reason"] or "", bool(r["compiled"]), bool(r["correct"]),
+                            r["speedup"], candidates=int(r["candidates"] or 0), run_id=r["run_id"],
+                            fingerprint=r["task_fingerprint"], seconds=float(r["seconds"] or 0.0),
+                            progress=[Step(**s) for s in progress or []]))
+    return bench, done
+
+
+def reopen_bench(store: Store, bench_id: str) -> None:
+    store.execute("UPDATE bench_runs SET status = 'running', finished_at = NULL WHERE id = ?", [bench_id])
+

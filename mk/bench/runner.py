@@ -51,6 +51,9 @@ class BenchConfig:
     budget: Any = None
     #: times each task's best kernels are timed again side by side (mk.bench.noise; 0: not), where timing is possible
     repeats: int = 3
+    #: a stored benchmark's id (or a unique prefix) to continue: its suite, target, scale, methods, tasks and settings
+    #: are its own; the (task, method) pairs it finished are kept, the rest run (one cut short runs again)
+    resume: str | None = None
 
 
 def resolve_author_factory(lm: Any, store: Any = None, budget: Any = None) -> tuple[Callable[[], Any], str]:
@@ -98,6 +101,9 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
     from mk.targets import get_target
 
     emit = on_event or (lambda kind, data: None)
+    kept: list[TaskRow] = []
+    if cfg.resume:
+        cfg, kept = _resumed(cfg)
     methods = list(dict.fromkeys(cfg.methods))
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -112,7 +118,7 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
         from mk.job import prepare_output_dir
 
         prepare_output_dir(cfg.out)
-    rows: list[TaskRow] = []
+    rows: list[TaskRow] = list(kept)
     interrupted = False
     from mk.budget import BudgetMeter
 
@@ -127,13 +133,20 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
         from mk.bench.record import create_bench, finish_bench
 
         config = {"iterations": cfg.iterations, "samples": cfg.samples, "tune": cfg.tune, "max_trials": cfg.max_trials,
-                  "tasks": list(cfg.tasks or []), "measure": cfg.measure,
+                  "tasks": list(cfg.tasks or []), "measure": cfg.measure, "repeats": cfg.repeats, "plots": cfg.plots,
+                  "out": str(cfg.out) if cfg.out else None, "lm": cfg.lm if isinstance(cfg.lm, str) or cfg.lm is None else None,
                   **({"search": cfg.search} if "search" in methods else {}), **cfg.extra}
-        bench_id = create_bench(store, cfg.suite, cfg.target, cfg.scale, methods, author_name, config)
+        if cfg.resume:
+            from mk.bench.record import reopen_bench
+
+            bench_id = cfg.resume
+            reopen_bench(store, bench_id)
+        else:
+            bench_id = create_bench(store, cfg.suite, cfg.target, cfg.scale, methods, author_name, config)
         mcfg = MethodConfig(cfg.target, store=store, evaluate=cfg.evaluate, iterations=cfg.iterations, samples=cfg.samples,
                             tune=cfg.tune, max_trials=cfg.max_trials, measure=cfg.measure, search=dict(cfg.search), budget=meter)
         try:
-            _run_tasks(refs, methods, cfg, factory, mcfg, store, bench_id, rows, emit)
+            _run_tasks(refs, methods, cfg, factory, mcfg, store, bench_id, rows, emit, {(r.task, r.method) for r in kept})
         except KeyboardInterrupt:  # keep what was measured: a partial report, the bench marked interrupted
             interrupted = True
             log.warning("bench %s interrupted after %d rows; writing a partial report", bench_id, len(rows))
@@ -149,26 +162,58 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
 
         write_report(result, Path(cfg.out), plots=cfg.plots)
     if interrupted:
-        raise BenchInterrupted(bench_id, result)
+        raise BenchInterrupted(bench_id, result, cfg.db)
     return result
 
 
 class BenchInterrupted(KeyboardInterrupt):
     """Ctrl-C during a benchmark: ``result`` holds the rows measured so far (already recorded and reported)."""
 
-    def __init__(self, bench_id: str, result: "BenchResult"):
+    def __init__(self, bench_id: str, result: "BenchResult", db: str | Path | None = None):
         where = f"partial report: {result.report_path}" if result.report_path else "its rows are kept in the store"
-        super().__init__(f"bench {bench_id} interrupted after {len(result.rows)} rows; {where}")
+        from mk.run.service import db_flag
+
+        super().__init__(f"bench {bench_id} interrupted after {len(result.rows)} rows; {where}; continue it with: "
+                         f"mk bench --resume {bench_id}{db_flag(db)}")
         self.bench_id, self.result = bench_id, result
 
 
+def _resumed(cfg: BenchConfig) -> tuple[BenchConfig, list[TaskRow]]:
+    """``cfg`` as the stored benchmark ``cfg.resume`` was run (its id resolved) and the rows it finished (a
+    budget-skipped row runs again)."""
+    import dataclasses
+
+    from mk.bench.record import RESUMED, load_bench
+    from mk.store import Store
+
+    with Store.open(cfg.db) as store:
+        bench, rows = load_bench(store, cfg.resume or "")
+    if bench["status"] == "finished":
+        raise ConfigError(f"benchmark {bench['id']} already finished", hint=f"its report: {bench['config'].get('out') or 'the --out folder'}")
+    stored = bench["config"] or {}
+    given = {k: stored[k] for k in RESUMED if k in stored and not (k == "lm" and cfg.author_factory is not None)}
+    if cfg.out and cfg.out != "mk-bench":  # the caller names another report folder
+        given.pop("out", None)
+    new = dataclasses.replace(cfg, suite=bench["suite"], target=bench["target"], scale=bench["scale"], methods=tuple(bench["methods"]),
+                              tasks=stored.get("tasks") or None, resume=bench["id"], **given)
+    kept = [r for r in rows if r.status != "skipped"]
+    log.info("resuming bench %s: %d of its (task, method) pairs were finished", bench["id"], len(kept))
+    return new, kept
+
+
 def _run_tasks(refs: list[Any], methods: list[str], cfg: BenchConfig, factory: Callable[[], Any], mcfg: MethodConfig,
-               store: Any, bench_id: str, rows: list[TaskRow], emit: Callable[[str, dict[str, Any]], None]) -> None:
-    """Each task x method, each row recorded as soon as it is measured (``rows`` grows in place)."""
+               store: Any, bench_id: str, rows: list[TaskRow], emit: Callable[[str, dict[str, Any]], None],
+               done: set[tuple[str, str]] = frozenset()) -> None:
+    """Each task x method, each row recorded as soon as it is measured (``rows`` grows in place); the (task name,
+    method) pairs in ``done`` (a resumed benchmark's) are not run again."""
     from mk.bench.record import record_row
     from mk.loaders import load_ref
 
+    all_methods = methods
     for ref in refs:
+        methods = [m for m in all_methods if (ref.name, m) not in done]
+        if not methods:
+            continue
         task = None
         try:
             task = load_ref(ref)
@@ -202,7 +247,7 @@ def _run_tasks(refs: list[Any], methods: list[str], cfg: BenchConfig, factory: C
             rows.append(row)
             record_row(store, bench_id, row)
             emit("task", {"row": row})
-        mine = [r for r in rows[-len(methods):] if r.task == task.name]
+        mine = [r for r in rows if r.task == task.name and r.method in methods]
         if cfg.repeats and sum(r.correct and r.speedup is not None for r in mine) >= 1:
             from mk.bench.noise import retime
 

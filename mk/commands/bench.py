@@ -15,7 +15,11 @@ from typing import Any
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark methods over a task suite: compile/correct rates, geomean speedup, fast_p",
                        description=__doc__)
-    p.add_argument("suite", metavar="SUITE", help="jaxbench, a MaxKernel dataset dir, a dir of JAXBench baseline.py files, or a task path")
+    p.add_argument("suite", metavar="SUITE", nargs="?", default=None,
+                   help="jaxbench, a MaxKernel dataset dir, a dir of JAXBench baseline.py files, or a task path")
+    p.add_argument("--resume", metavar="BENCH_ID", default=None,
+                   help="continue an interrupted (or killed) benchmark from the store: its suite, methods, tasks and "
+                        "settings are its own; finished (task, method) pairs are kept, the rest run; budget flags apply anew")
     p.add_argument("--scale", default="ci", help="run every task at this scale (default: ci); 'all' keeps every scale a task defines")
     p.add_argument("--mode", default="auto",
                    help="auto | search | best-of-n, or several separated by commas to compare them on the same tasks")
@@ -52,13 +56,22 @@ def run(args: argparse.Namespace) -> int:
     from mk.commands.optimize import budget_from
 
     console = make_console(stderr=True)
+    if not args.suite and not args.resume:
+        from mk.errors import ConfigError
+
+        raise ConfigError("mk bench needs a SUITE (or --resume BENCH_ID)", hint="e.g. `mk bench jaxbench --tasks 12p`")
+    if args.suite and args.resume:
+        from mk.errors import ConfigError
+
+        raise ConfigError("give either a SUITE or --resume BENCH_ID, not both",
+                          hint="a resumed benchmark runs its own suite, methods and tasks")
     methods = [m.strip() for m in args.mode.split(",") if m.strip()]
     cfg = BenchConfig(
         suite=args.suite, target=args.target, methods=methods, scale=None if args.scale == "all" else args.scale,
         tasks=[t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None, lm=args.lm,
         iterations=args.iterations, samples=args.samples, tune=args.tune, max_trials=args.trials, db=args.db, out=args.out,
         plots=args.plots, search={"algorithm": args.search_algorithm, "depth": args.depth, "width": args.width},
-        budget=budget_from(args), repeats=max(0, args.repeats),
+        budget=budget_from(args), repeats=max(0, args.repeats), resume=args.resume,
     )
     with _Progress(console) as progress:
         result = run_bench(cfg, on_event=progress.on_event)

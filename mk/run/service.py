@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
+from pathlib import Path
 
 from mk.errors import ConfigError, TaskError
 from mk.run.config import RunConfig
@@ -139,10 +140,7 @@ class Run:
 
     def resume_command(self) -> str:
         """The command that continues this run, with the store it lives in when that is not the default one."""
-        from mk.store import default_path
-
-        where = getattr(self.store, "path", None)
-        db = f" --db {where}" if where is not None and str(where) != str(default_path()) else ""
+        db = db_flag(getattr(self.store, "path", None))
         if self.config.mode == "hitl":
             return f"mk hitl --resume {self.id}{db}"
         return f"mk resume {self.id}{db}"
@@ -204,3 +202,12 @@ def check_resumable(row: dict[str, Any]) -> None:
     """A ConfigError when run ``row`` cannot be continued at all (it finished with a result already)."""
     if row.get("status") == "declined":
         raise ConfigError(f"run {row['id']} was declined by its author: {row.get('reason') or ''}", hint="start a new run")
+
+
+def db_flag(where: Any) -> str:
+    """`` --db PATH`` for a resume command when the store is not the default one, else ""."""
+    from mk.store import default_path
+
+    if where is None:
+        return ""
+    return f" --db {where}" if str(Path(where).expanduser().resolve()) != str(Path(default_path()).resolve()) else ""
