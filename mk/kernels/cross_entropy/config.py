@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mk.hardware import get_spec
+from mk.kernels import validate
 from mk.targets import kernel_language
 
 
@@ -30,18 +31,12 @@ class Config:
     num_warps: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("block_t", "block_v"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or not 8 <= v <= 8192:
-                raise ValueError(f"{name} must be an int in [8, 8192], got {v!r}")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
+        validate.ints_in(self, ("block_t", "block_v"), 8, 8192)
+        validate.launch(self, max_stages=None)
 
     def check(self, target: str) -> None:
-        if kernel_language(target) == "mosaic" and (self.block_t % 8 or self.block_v % 128):
-            raise ValueError(f"TPU blocks: block_t a multiple of 8, block_v of 128, got {self}")
-        if kernel_language(target) == "triton" and any(b & (b - 1) or b < 16 for b in (self.block_t, self.block_v)):
-            raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
+        """Raise ``ValueError`` when a block is not a legal request on ``target``."""
+        validate.tiles(self, target, {"block_t": 8, "block_v": 128}, ("block_t", "block_v"))
 
     def kwargs(self, target: str) -> dict[str, Any]:
         if kernel_language(target) == "mosaic":

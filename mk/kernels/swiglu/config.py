@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mk.hardware import get_spec
+from mk.kernels import validate
 from mk.targets import kernel_language
 
 
@@ -38,20 +39,12 @@ class Config:
     num_stages: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("block_m", "block_f", "block_n"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 8 or v > 8192:
-                raise ValueError(f"{name} must be an int in [8, 8192], got {v!r}")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
-        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 5:
-            raise ValueError(f"num_stages must be an int in [1, 5], got {self.num_stages!r}")
+        validate.ints_in(self, ("block_m", "block_f", "block_n"), 8, 8192)
+        validate.launch(self)
 
     def check(self, target: str) -> None:
-        if kernel_language(target) == "mosaic" and (self.block_f % 128 or self.block_m % 8):
-            raise ValueError(f"TPU blocks: block_m a multiple of 8, block_f of 128, got {self}")
-        if kernel_language(target) == "triton" and any(b & (b - 1) or b < 16 for b in (self.block_m, self.block_f, self.block_n)):
-            raise ValueError(f"GPU blocks must be powers of two >= 16, got {self}")
+        """Raise ``ValueError`` when a block is not a legal request on ``target``."""
+        validate.tiles(self, target, {"block_m": 8, "block_f": 128}, ("block_m", "block_f", "block_n"))
 
     def kwargs(self, target: str) -> dict[str, Any]:
         if kernel_language(target) == "mosaic":
