@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mk.hardware import get_spec
+from mk.kernels import validate
 from mk.targets import kernel_language
 
 
@@ -31,10 +32,8 @@ class Config:
     num_warps: int = 4
 
     def __post_init__(self) -> None:
-        if not isinstance(self.block_rows, int) or not 1 <= self.block_rows <= 8192:
-            raise ValueError(f"block_rows must be an int in [1, 8192], got {self.block_rows!r}")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
+        validate.ints_in(self, ("block_rows",), 1, 8192)
+        validate.launch(self, max_stages=None)
 
     def check(self, target: str) -> None:
         if kernel_language(target) == "mosaic" and self.block_rows % 8:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mk.hardware import get_spec
+from mk.kernels import validate
 from mk.targets import kernel_language
 
 
@@ -36,12 +37,8 @@ class Config:
     num_stages: int = 2
 
     def __post_init__(self) -> None:
-        if not isinstance(self.pages_per_block, int) or not 1 <= self.pages_per_block <= 64:
-            raise ValueError(f"pages_per_block must be an int in [1, 64], got {self.pages_per_block!r}")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be a power of two in [1, 16], got {self.num_warps!r}")
-        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 5:
-            raise ValueError(f"num_stages must be an int in [1, 5], got {self.num_stages!r}")
+        validate.ints_in(self, ("pages_per_block",), 1, 64)
+        validate.launch(self)
 
     def check(self, target: str) -> None:
         """Every field is legal on every target (blocks are fitted); kept for the family contract."""
