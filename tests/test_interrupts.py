@@ -114,3 +114,22 @@ def test_sigkill_then_resume_keeps_the_snapshots_and_redoes_none(tmp_path):
         assert store.get_run(run["id"])["status"] == "correct"
     assert [s["code"] for s in after[:len(kept)]] == codes  # nothing lost
     assert len({s["code"] for s in after}) == len(after)  # nothing tried twice
+
+
+def test_sigkill_in_hitl_then_resume_keeps_what_was_approved(tmp_path):
+    """A killed HITL session cannot mark its run; `mk hitl --resume` continues it from its snapshots, at its scale."""
+    db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
+    args = ["-v", "hitl", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out]
+    _interrupt(args, tmp_path, "mk.harness.isolation", stdin="a\na\na\n", sig=signal.SIGKILL)
+    with Store.open(db) as store:
+        (run,) = store.list_runs()
+        kept = [s["code"] for s in store.snapshots(run["id"])]
+    assert run["status"] == "running", run
+    again = subprocess.run([sys.executable, "-m", "mk", "hitl", "--resume", run["id"], "--db", db, "--out", out],
+                           input="a\n" * 40, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    with Store.open(db) as store:
+        after = [s["code"] for s in store.snapshots(run["id"])]
+        assert store.get_run(run["id"])["status"] == "correct"
+    assert after[:len(kept)] == kept and len(set(after)) == len(after)  # nothing lost, nothing tried twice
+    assert "--scale ci" in next(Path(out).glob("softmax_tpu.py")).read_text()
