@@ -64,6 +64,9 @@ def test_ctrl_c_then_resume_keeps_the_finished_tasks(tmp_path):
     bench_id = err.split("mk bench --resume ", 1)[1].split()[0]
     with Store.open(db) as store:
         assert store.query("SELECT status FROM bench_runs")[0]["status"] == "interrupted"
+        # the task run cut short is marked, not left running; the partial report says it is partial
+        assert not store.query("SELECT id FROM runs WHERE status = 'running'")
+    assert "this report is partial" in json.loads((out / "results.json").read_text())["stop_reason"]
     summary = _resume(db, bench_id)
     assert summary["bench_id"] == bench_id and {t["task"] for t in summary["tasks"]} == {"rms", "tanh2", "rms_b"}
     assert all(t["correct"] for t in summary["tasks"]), summary["tasks"]
@@ -89,5 +92,7 @@ def test_sigkill_then_resume_runs_only_what_was_left(tmp_path):
     assert bench["status"] == "running"  # nothing could mark it
     summary = _resume(db, bench["id"])
     assert {t["task"] for t in summary["tasks"]} == {"rms", "tanh2", "rms_b"} and all(t["correct"] for t in summary["tasks"])
+    with Store.open(db) as store:  # the killed task run is closed by the resume, not left running
+        assert not store.query("SELECT id FROM runs WHERE status = 'running'")
     runs = _runs_per_task(db)
     assert all(runs[t] == 1 for t in first), runs

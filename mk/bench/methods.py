@@ -47,6 +47,8 @@ class MethodConfig:
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     #: the benchmark's BudgetMeter (None: unlimited), checked between phases, samples and search levels
     budget: Any = None
+    #: the benchmark these runs belong to (kept in each task run's settings, so an interrupted one can be closed)
+    bench_id: str | None = None
 
     def judge(self) -> Callable[..., Any]:
         if self.evaluate is not None:
@@ -100,7 +102,8 @@ def _bench_run(task: Task, author: Any, cfg: MethodConfig, method: str, **settin
 
     return Run.create(cfg.store, task, RunConfig(mode="bench", target=cfg.target, **author_fields(author),
                                                  iterations=cfg.iterations, tune=cfg.tune, max_trials=cfg.max_trials,
-                                                 max_fixes=cfg.max_fixes, settings={"method": method, **settings}))
+                                                 max_fixes=cfg.max_fixes,
+                                                 settings={"method": method, "bench": cfg.bench_id, **settings}))
 
 
 def compiled_of(result: Any) -> bool:

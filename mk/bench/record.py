@@ -69,3 +69,13 @@ def load_bench(store: Store, bench_id: str) -> tuple[dict[str, Any], list[TaskRo
 def reopen_bench(store: Store, bench_id: str) -> None:
     store.execute("UPDATE bench_runs SET status = 'running', finished_at = NULL WHERE id = ?", [bench_id])
 
+
+def close_task_runs(store: Store, bench_id: str, reason: str) -> int:
+    """Mark the benchmark's task runs still ``running`` (cut short by Ctrl-C, or left by a killed process) as
+    ``interrupted`` with ``reason``; how many were."""
+    rows = store.query("SELECT id FROM runs WHERE mode = 'bench' AND status = 'running' AND "
+                       "json_extract_string(config, '$.settings.bench') = ?", [bench_id])
+    for r in rows:
+        store.execute("UPDATE runs SET status = 'interrupted', reason = ?, finished_at = ? WHERE id = ?", [reason, _now(), r["id"]])
+    return len(rows)
+

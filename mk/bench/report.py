@@ -73,7 +73,8 @@ def _markdown(r: BenchResult) -> str:
     if not r.can_time:
         lines.append(f"- **{r.speed_reason}** — speed metrics are not shown.")
     if r.stop_reason:
-        lines.append(f"- **{r.stop_reason}** — skipped task runs count as not compiled and not correct.")
+        tail = "" if r.stop_reason.startswith("interrupted") else " — skipped task runs count as not compiled and not correct."
+        lines.append(f"- **{r.stop_reason}**{tail}")
     lines += ["", "## Metrics", "",
               "| method | compiled | correct | geomean speedup (correct, floored) | geomean speedup (all tasks) | "
               + " | ".join(f"fast_{p:g}" for p in FAST_P) + " |",
@@ -164,8 +165,9 @@ def _plots(r: BenchResult, out: Path) -> list[str]:
                  fontsize=10 if one_step else None)
     ax.grid(alpha=0.3)
     if not series:
-        ax.text(0.5, 0.5, "no candidate was judged\n(every task declined or failed to load)", ha="center", va="center",
-                transform=ax.transAxes)
+        why = "(the benchmark was interrupted first)" if r.stop_reason.startswith("interrupted") else \
+            "(every task declined or failed to load)"
+        ax.text(0.5, 0.5, f"no candidate was judged\n{why}", ha="center", va="center", transform=ax.transAxes)
     elif not one_step:  # bars carry their names on the axis
         ax.legend()
     if show_speed:

@@ -137,23 +137,31 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
                   "out": str(cfg.out) if cfg.out else None, "lm": cfg.lm if isinstance(cfg.lm, str) or cfg.lm is None else None,
                   **({"search": cfg.search} if "search" in methods else {}), **cfg.extra}
         if cfg.resume:
-            from mk.bench.record import reopen_bench
+            from mk.bench.record import close_task_runs, reopen_bench
 
             bench_id = cfg.resume
+            close_task_runs(store, bench_id, "cut short when its benchmark stopped; the resumed benchmark runs this task again")
             reopen_bench(store, bench_id)
         else:
             bench_id = create_bench(store, cfg.suite, cfg.target, cfg.scale, methods, author_name, config)
         mcfg = MethodConfig(cfg.target, store=store, evaluate=cfg.evaluate, iterations=cfg.iterations, samples=cfg.samples,
-                            tune=cfg.tune, max_trials=cfg.max_trials, measure=cfg.measure, search=dict(cfg.search), budget=meter)
+                            tune=cfg.tune, max_trials=cfg.max_trials, measure=cfg.measure, search=dict(cfg.search), budget=meter,
+                            bench_id=bench_id)
         try:
             _run_tasks(refs, methods, cfg, factory, mcfg, store, bench_id, rows, emit, {(r.task, r.method) for r in kept})
         except KeyboardInterrupt:  # keep what was measured: a partial report, the bench marked interrupted
             interrupted = True
-            log.warning("bench %s interrupted after %d rows; writing a partial report", bench_id, len(rows))
+            from mk.bench.record import close_task_runs
+
+            close_task_runs(store, bench_id, f"interrupted with its benchmark; continue it with: mk bench --resume {bench_id}")
+            log.info("bench %s interrupted after %d rows; writing a partial report", bench_id, len(rows))
         metrics = {m: compute_metrics([r.outcome() for r in rows if r.method == m], can_time=can_time, unmeasured_reason=speed_reason)
                    for m in methods}
         spent = meter.exceeded() if meter is not None else None
         stop = (f"budget spent: {spent}; " + f"{sum(r.status == 'skipped' for r in rows)} task runs skipped or cut short") if spent else ""
+        if interrupted:  # the report says it is partial, not only the command line
+            stop = (f"interrupted after {len(rows)} of {len(refs) * len(methods)} (task, method) pairs; this report is partial; "
+                    f"continue it with: mk bench --resume {bench_id}")
         finish_bench(store, bench_id, metrics, "interrupted" if interrupted else "budget_spent" if spent else "finished")
     result = BenchResult(bench_id, cfg.suite, cfg.target, cfg.scale, methods, author_name, can_time, speed_reason, metrics, rows,
                          config=config, stop_reason=stop)

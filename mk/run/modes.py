@@ -110,7 +110,10 @@ def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget
 
     run = Run.reopen(store, ident, task=task)
     if run.config.mode == "bench":
-        raise ConfigError(f"run {run.id} is one method of a benchmark", hint="run `mk bench` again; its finished tasks are in its report")
+        bench = (run.config.settings or {}).get("bench")
+        raise ConfigError(f"run {run.id} is one method of a benchmark on one task",
+                          hint=f"continue its benchmark with: mk bench --resume {bench}" if bench else
+                          "run `mk bench` again; its finished tasks are in its report")
     meter = BudgetMeter(budget) if budget is not None else None
     if author is None:
         if lm is not None:
