@@ -19,7 +19,8 @@ import pytest
 
 from mk.harness import build_suite, evaluate
 from mk.harness.compare import check_inputs
-from mk.task import ArgSpec, Scale, StaticArg, Task, Tolerance
+from mk.loaders import load_task
+from mk.task import ArgSpec, Init, Scale, StaticArg, Task, Tolerance
 
 ADV = Path(__file__).parent / "adversarial"
 
@@ -67,6 +68,11 @@ TASKS = {
     # round 5: two dims the held-out scale moves by the same unit (so n = m + 32 at every judged size)
     "rowmean": Task("adv_rowmean", lambda x: jnp.mean(x, axis=-1, keepdims=True) * x, (ArgSpec("x", ("m", "n"), "float32"),),
                     {"ci": Scale("ci", {"m": 16, "n": 48})}),
+    # round 6 (backward kernels): the example RMSNorm (bfloat16) and a gated sqrt whose reference gradient has NaNs
+    "grms": load_task(str(Path(__file__).parents[1] / "examples" / "rmsnorm.py")),
+    "gsqrt": Task("adv_gated_sqrt", lambda x, w: jnp.where(x > 0, jnp.sqrt(x), 0.0) * w,
+                  (ArgSpec("x", ("rows", "hidden"), "float32"), ArgSpec("w", ("hidden",), "float32", Init("normal", mean=1.0, std=0.1))),
+                  {"ci": Scale("ci", {"rows": 64, "hidden": 256})}),
     "mm": Task("adv_matmul", ref_matmul, (ArgSpec("x", (16, 256), "float32"), ArgSpec("y", (256, 128), "float32")),
                {"ci": Scale("ci")}, tolerance=Tolerance(1e-4, 1e-4)),
 }
@@ -199,6 +205,13 @@ EXPECTED = [
     Expect("r5_timebomb_trace_counter.py", "tanh", "cpu", ("rejected",), r"cache trick"),
     Expect("r5_timebomb_cache_size.py", "tanh", "cpu", ("rejected",), r"cache trick"),
     Expect("r5_relation_between_dims.py", "rowmean", "cpu", ("incorrect",), r"fresh size"),
+    # round 6 (backward kernels, tests/adversarial/README.md): kernel_bwd against the reference's VJP
+    Expect("r6_control_bwd_rmsnorm.py", "grms", "tpu", ("correct",), r"backward \(kernel_bwd\) matches the reference's VJP"),
+    Expect("r6_control_bwd_nan_reference.py", "gsqrt", "tpu", ("correct",), r"reference gradient entries were NaN/inf and not compared"),
+    Expect("r6_bwd_nan_reference_grad.py", "gsqrt", "tpu", ("incorrect",), r"gradient of x differs from the reference's VJP"),
+    Expect("r6_bwd_cotangent_stats.py", "grms", "tpu", ("incorrect",), r"cotangent of (ones|1/N)"),
+    Expect("r6_bwd_large_magnitude.py", "grms", "tpu", ("incorrect",), r"large_magnitude case"),
+    Expect("r6_bwd_small_entries_flipped.py", "grms", "tpu", ("incorrect",), r"elementwise bound"),
     Expect("r5_control_general_rowmean.py", "rowmean", "cpu", ("correct",), r"all \d+ cases match .*fresh sizes"),
 ]
 
@@ -208,7 +221,7 @@ def suites(tmp_path_factory):
     # built once (references computed in the judge) under an isolated MK_HOME
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MK_HOME", str(tmp_path_factory.mktemp("mkhome-suites")))
-        return {k: build_suite(t, seeds=(0,), distributions=("normal", "large_magnitude") if k == "rms16" else ("normal",))
+        return {k: build_suite(t, seeds=(0,), distributions=("normal", "large_magnitude") if k in ("rms16", "grms") else ("normal",))
                 for k, t in TASKS.items()}
 
 
