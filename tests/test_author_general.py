@@ -37,7 +37,9 @@ def _authored(task: Task, target: str, template: str) -> str:
     """The source the offline author writes for ``template``, shown the ``ci`` scale only."""
     seen = task.with_scales({"ci": task.scale("ci")})
     authored = OfflineAuthor().propose(seen, target)
-    by_template = {p.template: p for p in authored.proposals}
+    by_template: dict[str, object] = {}
+    for p in authored.proposals:  # a template's first proposal is its default strategy; variants follow it
+        by_template.setdefault(p.template, p)
     assert template in by_template, authored.declined
     return by_template[template].source
 

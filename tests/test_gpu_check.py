@@ -20,7 +20,9 @@ def test_dry_run_writes_results_that_say_not_measured(tmp_path):
     assert (data["target"], data["scale"], data["mode"], data["measured"], data["device"]) == ("gpu", "ci", "interpret", False, None)
     rms, missing = data["tasks"]
     assert "no built-in task" in missing["error"]
-    (cand,) = [c for c in rms["candidates"] if c["template"] == "rowwise"]
+    rowwise = [c for c in rms["candidates"] if c["template"] == "rowwise"]  # whole rows, then the two-pass variant
+    assert len(rowwise) == 2 and all(c["status"] == "correct" for c in rowwise)
+    cand = rowwise[0]
     assert cand["status"] == "correct" and cand["speedup"] is None and cand["roofline_fraction"] is None
     assert cand["timing"].startswith("not measured") and cand["hardware"] == "h200" and cand["bound"] == "memory"
     assert rms["best"] == cand["name"] and rms["best_speedup"] is None
