@@ -200,7 +200,7 @@ def _resumed(cfg: BenchConfig) -> tuple[BenchConfig, list[TaskRow]]:
         raise ConfigError(f"benchmark {bench['id']} already finished", hint=f"its report: {bench['config'].get('out') or 'the --out folder'}")
     stored = bench["config"] or {}
     given = {k: stored[k] for k in RESUMED if k in stored and not (k == "lm" and cfg.author_factory is not None)}
-    if cfg.out and cfg.out != "mk-bench":  # the caller names another report folder
+    if cfg.out:  # the caller names another report folder
         given.pop("out", None)
     new = dataclasses.replace(cfg, suite=bench["suite"], target=bench["target"], scale=bench["scale"], methods=tuple(bench["methods"]),
                               tasks=stored.get("tasks") or None, resume=bench["id"], **given)

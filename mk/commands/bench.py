@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--depth", type=int, default=2, help="search: levels of the tree")
     p.add_argument("--width", type=int, default=2, help="search: nodes kept per level (beam) or trajectories (parallel)")
     p.add_argument("--db", default=None, help="DuckDB file (default: $MK_DB or ~/.mk/mk.duckdb)")
-    p.add_argument("--out", default="mk-bench", help="folder for report.md, results.json and the PNG plots")
+    p.add_argument("--out", default=None,
+                   help="folder for report.md, results.json and the PNG plots (default: mk-bench; a resumed benchmark: its own)")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="write the report without plots")
     p.add_argument("--json", action="store_true", help="print the metrics and per-task rows as JSON")
     p.add_argument("--repeats", type=int, default=3,
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = BenchConfig(
         suite=args.suite, target=args.target, methods=methods, scale=None if args.scale == "all" else args.scale,
         tasks=[t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None, lm=args.lm,
-        iterations=args.iterations, samples=args.samples, tune=args.tune, max_trials=args.trials, db=args.db, out=args.out,
+        iterations=args.iterations, samples=args.samples, tune=args.tune, max_trials=args.trials, db=args.db, out=args.out or (None if args.resume else "mk-bench"),
         plots=args.plots, search={"algorithm": args.search_algorithm, "depth": args.depth, "width": args.width},
         budget=budget_from(args), repeats=max(0, args.repeats), resume=args.resume,
     )
