@@ -34,7 +34,7 @@ def _ce_logits(x, w, col, v, logits_dtype):
     return jnp.where(col < v, logits, _MASKED_LOGIT)
 
 
-def _ce_lse_gpu_kernel(x_ref, w_ref, lse_ref, *, v, block_v, nv, logits_dtype):
+def _ce_lse_gpu_kernel(x_ref, w_ref, max_ref, logs_ref, *, v, block_v, nv, logits_dtype):
     x = x_ref[...]
     bt = x.shape[0]
 
@@ -47,14 +47,15 @@ def _ce_lse_gpu_kernel(x_ref, w_ref, lse_ref, *, v, block_v, nv, logits_dtype):
         return m_new, s
 
     m, s = lax.fori_loop(0, nv, step, (jnp.full((bt,), _MASKED_LOGIT, jnp.float32), jnp.zeros((bt,), jnp.float32)))
-    lse_ref[...] = m + jnp.log(s)
+    max_ref[...] = m
+    logs_ref[...] = jnp.log(s)
 
 
-def _ce_dlogits_gpu_kernel(x_ref, w_ref, lab_ref, c_ref, lse_ref, d_ref, *, v, block_v, logits_dtype):
+def _ce_dlogits_gpu_kernel(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, d_ref, *, v, block_v, logits_dtype):
     x = x_ref[...]
     col = pl.program_id(1) * block_v + lax.broadcasted_iota(jnp.int32, (x.shape[0], block_v), 1)
     logits = _ce_logits(x, w_ref[...], col, v, logits_dtype)
-    p = jnp.exp(logits - lse_ref[...][:, None])
+    p = jnp.exp((logits - max_ref[...][:, None]) - logs_ref[...][:, None])
     d_ref[...] = c_ref[...][:, None] * (p - (col == lab_ref[...][:, None]).astype(jnp.float32))
 
 
@@ -73,12 +74,12 @@ def ce_bwd_gpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=32
     cp = jnp.pad(c.astype(jnp.float32), (0, tp - t))
     ld = logits_dtype or x.dtype
     params = pltriton.CompilerParams(num_warps=num_warps, num_stages=1)
-    lse = pl.pallas_call(
+    stats = pl.pallas_call(
         functools.partial(_ce_lse_gpu_kernel, v=v, block_v=bv, nv=vp // bv, logits_dtype=ld),
         grid=(tp // bt,),
         in_specs=[pl.BlockSpec((bt, hp), lambda i: (i, 0)), pl.BlockSpec((hp, vp), lambda i: (0, 0))],
-        out_specs=pl.BlockSpec((bt,), lambda i: (i,)),
-        out_shape=jax.ShapeDtypeStruct((tp,), jnp.float32),
+        out_specs=[pl.BlockSpec((bt,), lambda i: (i,))] * 2,
+        out_shape=[jax.ShapeDtypeStruct((tp,), jnp.float32)] * 2,
         compiler_params=params,
         name="ce_lse_gpu",
     )(xp, wp)
@@ -86,12 +87,12 @@ def ce_bwd_gpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=32
     dlogits = pl.pallas_call(
         functools.partial(_ce_dlogits_gpu_kernel, v=v, block_v=bv, logits_dtype=ld),
         grid=(tp // bt, vp // bv),
-        in_specs=[pl.BlockSpec((bt, hp), lambda i, j: (i, 0)), pl.BlockSpec((hp, bv), lambda i, j: (0, j)), row, row, row],
+        in_specs=[pl.BlockSpec((bt, hp), lambda i, j: (i, 0)), pl.BlockSpec((hp, bv), lambda i, j: (0, j)), row, row, row, row],
         out_specs=pl.BlockSpec((bt, bv), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((tp, vp), jnp.float32),
         compiler_params=params,
         name="ce_dlogits_gpu",
-    )(xp, wp, lab, cp, lse)
+    )(xp, wp, lab, cp, *stats)
     dx = lax.dot_general(dlogits, wp.astype(jnp.float32), (((1,), (1,)), ((), ())), precision=precision)[:t, :h]
     dw = lax.dot_general(xp.astype(jnp.float32), dlogits, (((0,), (0,)), ((), ())), precision=precision)[:h, :v]
     return dx.astype(x.dtype), dw.astype(w.dtype)

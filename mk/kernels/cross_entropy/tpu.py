@@ -6,9 +6,11 @@ For x (T, H), W (H, V), integer labels (T,) and per-token cotangents c (T,) of
 1. ``lse``: grid (T/block_t, V/block_v), the vocabulary axis "arbitrary": each
    step computes a (block_t, block_v) logits tile in VMEM (rounded to the
    forward's logits dtype) and updates a running max and sum of exponentials
-   (f32 scratch); the forward saved nothing, so the backward recomputes it.
+   (f32 scratch); the forward saved nothing, so the backward recomputes it. The
+   max ``m`` and ``log(sum)`` are kept apart (not added into one f32 lse, whose
+   rounding at large logits, ~1e-3 at 1e4, would be every probability's error).
 2. ``dlogits``: grid (T/block_t, V/block_v), both axes parallel: the tile again,
-   ``c_t * (exp(logit - lse_t) - onehot(label_t))``, written in f32.
+   ``c_t * (exp((logit - m_t) - log s_t) - onehot(label_t))``, written in f32.
 3. ``dx = dlogits @ W^T`` and ``dW = x^T @ dlogits``: two matmuls (f32 accumulation).
 
 V not a multiple of block_v: W is zero-padded and padded columns are masked
@@ -39,7 +41,7 @@ def _ce_tile(x_ref, w_ref, *, v, block_v, logits_dtype, precision):
     return jnp.where(col < v, logits, _MASKED_LOGIT), col
 
 
-def _ce_lse_kernel(x_ref, w_ref, lse_ref, m_ref, s_ref, *, nv, **tile):
+def _ce_lse_kernel(x_ref, w_ref, max_ref, logs_ref, m_ref, s_ref, *, nv, **tile):
     j = pl.program_id(1)
 
     @pl.when(j == 0)
@@ -54,12 +56,13 @@ def _ce_lse_kernel(x_ref, w_ref, lse_ref, m_ref, s_ref, *, nv, **tile):
 
     @pl.when(j == nv - 1)
     def _store():
-        lse_ref[...] = m_ref[...] + jnp.log(s_ref[...])
+        max_ref[...] = m_ref[...]
+        logs_ref[...] = jnp.log(s_ref[...])
 
 
-def _ce_dlogits_kernel(x_ref, w_ref, lab_ref, c_ref, lse_ref, d_ref, **tile):
+def _ce_dlogits_kernel(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, d_ref, **tile):
     logits, col = _ce_tile(x_ref, w_ref, **tile)
-    p = jnp.exp(logits - lse_ref[...])
+    p = jnp.exp((logits - max_ref[...]) - logs_ref[...])
     d_ref[...] = c_ref[...] * (p - (col == lab_ref[...]).astype(jnp.float32))
 
 
@@ -87,12 +90,12 @@ def ce_bwd_tpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=25
     w_spec = pl.BlockSpec((h, bv), lambda i, j: (0, j))
     row = pl.BlockSpec((bt, 1), lambda i, j: (i, 0))
     grid = (tp // bt, vp // bv)
-    lse = pl.pallas_call(
+    stats = pl.pallas_call(
         functools.partial(_ce_lse_kernel, nv=grid[1], **tile),
         grid=grid,
         in_specs=[x_spec, w_spec],
-        out_specs=row,
-        out_shape=jax.ShapeDtypeStruct((tp, 1), jnp.float32),
+        out_specs=[row, row],
+        out_shape=[jax.ShapeDtypeStruct((tp, 1), jnp.float32)] * 2,
         scratch_shapes=[pltpu.VMEM((bt, 1), jnp.float32), pltpu.VMEM((bt, 1), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
         name="ce_lse_tpu",
@@ -100,12 +103,12 @@ def ce_bwd_tpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=25
     dlogits = pl.pallas_call(
         functools.partial(_ce_dlogits_kernel, **tile),
         grid=grid,
-        in_specs=[x_spec, w_spec, row, row, row],
+        in_specs=[x_spec, w_spec, row, row, row, row],
         out_specs=pl.BlockSpec((bt, bv), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((tp, vp), jnp.float32),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
         name="ce_dlogits_tpu",
-    )(xp, wp, lab, cp, lse)
+    )(xp, wp, lab, cp, *stats)
     dims = (((1,), (1,)), ((), ()))
     dx = lax.dot_general(dlogits, wp.astype(jnp.float32), dims, precision=precision)[:t]
     dw = lax.dot_general(xp.astype(jnp.float32), dlogits, (((0,), (0,)), ((), ())), precision=precision)[:, :v]
