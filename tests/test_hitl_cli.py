@@ -88,7 +88,10 @@ def test_an_edited_plan_naming_a_proposal_is_honoured(tmp_path, monkeypatch, cap
 def test_subprocess_over_pipes(tmp_path):
     env = {**os.environ, "MK_DB": str(tmp_path / "p.duckdb"), "JAX_PLATFORMS": "cpu"}
     env.pop("EDITOR", None)
-    proc = subprocess.run([sys.executable, "-m", "mk", *_args(tmp_path)[:-4], "--out", str(tmp_path / "out")],
+    # one iteration: approve the plan, redo validate, then approve every phase to the snapshot (the run ends correct;
+    # with more iterations the input would run out at the next plan and the run would end interrupted)
+    proc = subprocess.run([sys.executable, "-m", "mk", *_args(tmp_path)[:-4], "--out", str(tmp_path / "out"),
+                           "--iterations", "1"],
                           input="a\nr\n" + "a\n" * 12, capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "running implement again" in proc.stdout and "snapshot: ok" in proc.stdout
