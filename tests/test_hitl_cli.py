@@ -1,6 +1,7 @@
 """`mk hitl`: driven with a fake stdin in-process, through $EDITOR, and as a real subprocess over pipes."""
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -99,3 +100,23 @@ def test_subprocess_over_pipes(tmp_path):
     with Store.open(tmp_path / "p.duckdb") as store:
         (run,) = store.list_runs()
         assert run["mode"] == "hitl" and run["status"] == "correct"
+
+
+def test_optimize_mode_hitl_json_prints_the_same_summary_as_auto(tmp_path):
+    """`mk optimize --mode hitl --json` ends with one JSON summary on stdout, with the keys auto's has."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("EDITOR", None)
+    printed = {}
+    for mode in ("auto", "hitl"):
+        proc = subprocess.run([sys.executable, "-m", "mk", "optimize", TASK, "--mode", mode, "--json", "--lm", "offline",
+                               "--target", "cpu", "--scale", "ci", "--db", str(tmp_path / f"{mode}.duckdb"),
+                               "--out", str(tmp_path / mode), "--budget-time", "0"],
+                              input="a\n" * 8, capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+        lines = proc.stdout.strip().splitlines()
+        assert len(lines) == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # the session itself went to stderr
+        printed[mode] = json.loads(lines[0])
+        assert proc.returncode == 1  # the budget stopped it before a correct kernel
+    assert printed["hitl"].keys() == printed["auto"].keys()
+    assert printed["hitl"]["mode"] == "hitl" and printed["auto"]["mode"] == "auto"
+    report = json.loads(Path(printed["hitl"]["report_path"]).read_text())
+    assert report["run_id"] == printed["hitl"]["run_id"] and report["stop_reason"] == printed["hitl"]["stop_reason"]

@@ -42,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=positive_int, default=None, help="iteration limit (default 4, or the resumed run's)")
     p.add_argument("--trials", type=non_negative_int, default=6, help="autotuning trials per candidate (0: no tuning)")
     p.add_argument("--out", default=None, help="folder for the best kernel and the report (default: mk-out, or the resumed run's own)")
+    p.add_argument("--json", action="store_true", help="the session on stderr; at the end, the same JSON summary as "
+                                                       "`mk optimize --json` on stdout")
     add_budget_flags(p)
     p.set_defaults(func=run)
 
@@ -51,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
 
     from mk.programs.session import Session
 
-    console = Console(highlight=False, file=sys.stdout)
+    want_json = getattr(args, "json", False)
+    console = Console(highlight=False, file=sys.stderr if want_json else sys.stdout)  # --json: stdout holds only the JSON
     if not args.task and not args.resume:
         raise ConfigError("name a task, or a run to resume", hint="mk hitl examples/rmsnorm.py  or  mk hitl --resume RUN_ID")
     from mk.run.output import prepare_output_dir
@@ -104,7 +107,7 @@ def _loop(console: Any, session: Any, args: argparse.Namespace) -> int:
 def _ask(console: Any, session: Any) -> str:
     while True:
         console.print(f"next: [bold]{session.next_phase}[/]  \\[a]pprove / \\[e]dit / \\[r]edo / \\[q]uit? ", end="")
-        sys.stdout.flush()
+        console.file.flush()
         line = sys.stdin.readline()
         if not _tty():
             console.print(line.strip(), highlight=False, markup=False)  # echo piped answers so the transcript reads right
@@ -179,6 +182,10 @@ def _finish(console: Any, session: Any, args: argparse.Namespace, status: str | 
 
     outcome = session.outcome(status)
     report = write_outputs(session.run, outcome, args.out)
+    if getattr(args, "json", False):
+        import json
+
+        print(json.dumps(report.summary()))
     if report.kernel_path is None:
         console.print(f"no correct kernel yet; report: {report.report_path}; run: {session.run_id}", soft_wrap=True)
         return 0 if status == "interrupted" else 1  # a quit is the person's choice, not a failure: exit 0, resumable

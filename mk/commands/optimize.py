@@ -136,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
                                out=args.out, max_trials=args.trials, on_event=on_event, search=search,
                                budget=budget_from(args), explore=args.explore)
     if args.json:
-        print(json.dumps({"status": report.status, "run_id": report.run_id, "kernel_path": report.kernel_path,
-                          "speedup": report.speedup, "stop_reason": report.stop_reason, "report_path": report.report_path}))
+        print(json.dumps(report.summary()))
     else:
         speed = f"{report.speedup:.2f}x" if report.speedup is not None else "not measured (no device of this kind here)"
         console.print(f"[bold]{report.status}[/]: {report.stop_reason}")

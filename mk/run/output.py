@@ -56,6 +56,11 @@ class OptimizeReport:
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    def summary(self) -> dict[str, Any]:
+        """What ``--json`` prints at the end of every mode (auto, search, HITL, resume): the same keys everywhere."""
+        return {"status": self.status, "run_id": self.run_id, "kernel_path": self.kernel_path, "speedup": self.speedup,
+                "stop_reason": self.stop_reason, "report_path": self.report_path, "mode": self.mode}
+
 
 def prepare_output_dir(out: str | Path | None) -> Path:
     """The folder for the kernel and report (default ``mk-out``), created now; ConfigError when it cannot be written."""
