@@ -12,25 +12,29 @@ scale against ``lse(logits) - logits[label]`` (and checked on a second draw),
 so label smoothing, z-loss, ignore-index masks or extra weights are declined
 instead of silently dropped.
 
-The TPU kernel runs a grid (T/block_t, V/block_v) with the vocabulary axis
+The kernels are importable code in :mod:`mk.kernels.cross_entropy` (``ce_fwd_tpu`` /
+``ce_fwd_gpu`` for the forward, ``ce_bwd_tpu`` / ``ce_bwd_gpu`` for the
+backward, the W layout and x layout static arguments); the written file copies
+``mk/kernels/cross_entropy/<target>.py`` in unchanged and this module generates
+only ``kernel`` (layout flags, logits dtype, then the fitted reduction and sign
+over the per-token losses) and ``kernel_bwd``.
+
+The TPU forward runs a grid (T/block_t, V/block_v) with the vocabulary axis
 "arbitrary": each step computes a (block_t, block_v) logits tile from
 (block_t, H) x (H, block_v) in VMEM (rounded to the reference's logits dtype,
 then f32 math), and updates a running max, running sum of exponentials and the
 picked logit per row in f32 VMEM scratch; the logits never reach HBM. It writes
-per-token losses (T, 1); the mean/sum over tokens is plain jnp afterwards.
-Vocabulary sizes: ``block_v`` shrinks to a multiple of 128 that divides V;
-when V is not a multiple of 128 (the 13p ci scale, V=1000), W is zero-padded
-to a multiple of ``block_v`` and the padded columns are masked to -1e30 (one
-extra copy of W; labels never point there). T is handled the same way with a
-quantum of 8 (padded rows are sliced off).
+per-token losses; the mean/sum over tokens is plain jnp afterwards. Vocabulary
+sizes: ``block_v`` shrinks to a multiple of 128 that divides V; when V is not a
+multiple of 128 (the 13p ci scale, V=1000), W is zero-padded to a multiple of
+``block_v`` and the padded columns are masked to -1e30 (labels never point
+there). T is handled the same way with a quantum of 8.
 
-The GPU kernel (Pallas Triton: no scratch memory, power-of-two blocks) runs one
+The GPU forward (Pallas Triton: no scratch memory, power-of-two blocks) runs one
 program per token block; a ``lax.fori_loop`` over vocabulary blocks (``pl.ds``
 slices of W) carries the running max, sum of exponentials and picked logit, and
 an inner loop over hidden chunks accumulates each (block_t, block_v) logits tile
-in f32. T, V and H are zero-padded to multiples of their (power-of-two) blocks;
-padded vocabulary columns are masked, padded tokens sliced off, padded hidden
-columns contribute zero.
+in f32. T, V and H are zero-padded to multiples of their (power-of-two) blocks.
 """
 
 from __future__ import annotations
@@ -273,7 +277,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         space = _gpu_space(traced, pat)
         return Proposal(
             name="cross-entropy-gpu",
-            source=with_backward(_render_gpu(task, pat, reduction, sign, space), task, pat, reduction, sign, target),
+            source=with_backward(_render(task, pat, reduction, sign, space, target), task, pat, reduction, sign, target),
             rationale=f"fused LM-head cross-entropy ({kind}), Pallas Triton: one program per token block loops over "
             "vocabulary blocks (and hidden chunks) with an online log-sum-exp in registers; logits never reach HBM; "
             "per-token losses reduced in jnp; " + _BACKWARD_PLAN,
@@ -282,7 +286,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     space = _tpu_space(traced, pat)
     return Proposal(
         name="cross-entropy-tpu",
-        source=with_backward(_render(task, pat, reduction, sign, space), task, pat, reduction, sign, target),
+        source=with_backward(_render(task, pat, reduction, sign, space, target), task, pat, reduction, sign, target),
         rationale=f"fused LM-head cross-entropy ({kind}): online log-sum-exp over vocabulary blocks, logits tiles "
         "computed in VMEM and never written to HBM; per-token losses reduced in jnp; " + _BACKWARD_PLAN,
         template="cross_entropy",
@@ -295,112 +299,6 @@ def _final(reduction: str, sign: float) -> str:
     if reduction == "sum":
         return f"{sign!r} * jnp.sum(per_token)"
     return f"{sign!r} * per_token"
-
-
-def _render(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict[str, list[int]]) -> str:
-    names = arg_names(task)
-    bt = 256 if 256 in space["block_t"] else space["block_t"][-1]
-    bv = 512 if 512 in space["block_v"] else space["block_v"][-1]
-    x_expr = names[pat.x] if pat.x_tokens_first else f"{names[pat.x]}.T"
-    final = _final(reduction, sign)
-    return f'''"""mk offline author: fused LM-head cross-entropy for {task.name} (target tpu).
-
-Grid (T/block_t, V/block_v), vocabulary axis "arbitrary": each step computes a (block_t, block_v) logits tile in
-VMEM, rounds it to {pat.logits_dtype} like the reference, and updates a running max, running sum of exponentials
-and the picked logit per token (f32 scratch). Only per-token losses (T, 1) reach HBM; the {reduction} over tokens
-is jnp. V not a multiple of 128: W is zero-padded to a multiple of block_v and padded columns are masked.
-"""
-import functools
-
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
-
-CONFIG_SPACE = {space!r}
-W_VOCAB_FIRST = {pat.w_vocab_first}
-LOGITS_DTYPE = jnp.dtype("{pat.logits_dtype}")
-_MASKED = -1e30
-
-
-def _fit(n, want, quantum):
-    """(block, padded n): the largest multiple of quantum <= want dividing n, else pad n to a multiple of want."""
-    want = max(quantum, want // quantum * quantum)
-    if n <= want:
-        size = -(-n // quantum) * quantum
-        return size, size
-    for b in range(want, quantum - 1, -quantum):
-        if n % b == 0 and b * 4 >= want:
-            return b, n
-    return want, -(-n // want) * want
-
-
-def _kernel(lab_ref, x_ref, w_ref, o_ref, m_ref, s_ref, p_ref, *, block_v, nv, vocab, masked):
-    j = pl.program_id(1)
-
-    @pl.when(j == 0)
-    def _init():
-        m_ref[...] = jnp.full(m_ref.shape, _MASKED, jnp.float32)
-        s_ref[...] = jnp.zeros(s_ref.shape, jnp.float32)
-        p_ref[...] = jnp.zeros(p_ref.shape, jnp.float32)
-
-    w_dims = (((1,), (1,)), ((), ())) if W_VOCAB_FIRST else (((1,), (0,)), ((), ()))
-    logits = lax.dot_general(x_ref[...], w_ref[...], w_dims, preferred_element_type=jnp.float32)
-    logits = logits.astype(LOGITS_DTYPE).astype(jnp.float32)
-    cols = j * block_v + lax.broadcasted_iota(jnp.int32, logits.shape, 1)
-    if masked:
-        logits = jnp.where(cols < vocab, logits, _MASKED)
-    m_prev = m_ref[...]
-    m_new = jnp.maximum(m_prev, jnp.max(logits, axis=1, keepdims=True))
-    s_ref[...] = jnp.exp(m_prev - m_new) * s_ref[...] + jnp.sum(jnp.exp(logits - m_new), axis=1, keepdims=True)
-    m_ref[...] = m_new
-    p_ref[...] += jnp.sum(jnp.where(cols == lab_ref[...], logits, 0.0), axis=1, keepdims=True)
-
-    @pl.when(j == nv - 1)
-    def _done():
-        o_ref[...] = m_ref[...] + jnp.log(s_ref[...]) - p_ref[...]
-
-
-def per_token_loss(x, w, labels, *, block_t, block_v):
-    """lse(x @ W) - (x @ W)[label] per token, f32 (T,); x (T, H), W (H, V) or (V, H) when W_VOCAB_FIRST."""
-    tokens, hidden = x.shape
-    vocab = w.shape[0] if W_VOCAB_FIRST else w.shape[1]
-    block_t, t_pad = _fit(tokens, block_t, 8)
-    block_v, v_pad = _fit(vocab, block_v, 128)
-    labels = labels.astype(jnp.int32).reshape(tokens, 1)
-    if t_pad != tokens:
-        x = jnp.pad(x, ((0, t_pad - tokens), (0, 0)))
-        labels = jnp.pad(labels, ((0, t_pad - tokens), (0, 0)))
-    if v_pad != vocab:
-        w = jnp.pad(w, ((0, v_pad - vocab), (0, 0)) if W_VOCAB_FIRST else ((0, 0), (0, v_pad - vocab)))
-    nv = v_pad // block_v
-    if W_VOCAB_FIRST:
-        w_spec = pl.BlockSpec((block_v, hidden), lambda i, j: (j, 0))
-    else:
-        w_spec = pl.BlockSpec((hidden, block_v), lambda i, j: (0, j))
-    out = pl.pallas_call(
-        functools.partial(_kernel, block_v=block_v, nv=nv, vocab=vocab, masked=v_pad != vocab),
-        grid=(t_pad // block_t, nv),
-        in_specs=[
-            pl.BlockSpec((block_t, 1), lambda i, j: (i, 0)),
-            pl.BlockSpec((block_t, hidden), lambda i, j: (i, 0)),
-            w_spec,
-        ],
-        out_specs=pl.BlockSpec((block_t, 1), lambda i, j: (i, 0)),
-        out_shape=jax.ShapeDtypeStruct((t_pad, 1), jnp.float32),
-        scratch_shapes=[pltpu.VMEM((block_t, 1), jnp.float32) for _ in range(3)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
-                                             vmem_limit_bytes=48 * 2**20),
-    )(labels, x, w)
-    return out[:tokens, 0]
-
-
-def kernel({signature(task, f"block_t={bt}, block_v={bv}")}):
-    per_token = per_token_loss({x_expr}, {names[pat.w]}, {names[pat.labels]}, block_t=block_t, block_v=block_v)
-    out = {final}
-    return out.reshape({_out_shape(task, pat, names)}).astype({_out_dtype(task)})
-'''
 
 
 def _out_shape(task: Task, pat: CEPattern, names: list[str]) -> str:
@@ -435,116 +333,59 @@ def _gpu_space(traced: list[Traced], pat: CEPattern) -> dict[str, list[int]]:
     return {"block_t": bts, "block_v": list(_GPU_BLOCK_V), "block_h": bhs, "num_warps": [4, 8]}
 
 
-def _render_gpu(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict[str, list[int]]) -> str:
+_TPU_TEXT = ("Grid (T/block_t, V/block_v), vocabulary axis \"arbitrary\": each step computes a (block_t, block_v) "
+             "logits tile in VMEM, rounds it to {dtype} like the reference, and updates a running max, running sum of "
+             "exponentials and the picked logit per token (f32 scratch). Only per-token losses reach HBM; the "
+             "{reduction} over tokens is jnp. V not a multiple of 128: W is zero-padded to a multiple of block_v and "
+             "padded columns are masked. The kernels are mk/kernels/cross_entropy/tpu.py, copied in below.")
+_GPU_TEXT = ("One program per token block. A lax.fori_loop over vocabulary blocks (pl.ds slices of W) carries the "
+             "running max, running sum of exponentials and picked logit per token in registers (Triton has no "
+             "scratch memory); an inner loop over hidden chunks accumulates each (block_t, block_v) logits tile in "
+             "f32, rounded to {dtype} like the reference. Only per-token losses reach HBM; the {reduction} over "
+             "tokens is jnp. Blocks are powers of two; T, V and H are zero-padded to multiples of them (padded "
+             "vocabulary columns masked, padded tokens sliced off). The kernels are "
+             "mk/kernels/cross_entropy/gpu.py, copied in below.")
+
+
+def _render(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict[str, list[int]],
+            target: str = "tpu") -> str:
+    """The written file's forward: its head, mk/kernels/cross_entropy/<target>.py copied in, and ``kernel`` (the
+    layout flags, the logits dtype, then the reduction and sign over the per-token losses)."""
+    from mk.author.emit import family_section, file_head
+    from mk.kernels.cross_entropy import gpu as ce_gpu
+    from mk.kernels.cross_entropy import tpu as ce_tpu
+
+    gpu = kernel_language(target) == "triton"
     names = arg_names(task)
-    x_expr = names[pat.x] if pat.x_tokens_first else f"{names[pat.x]}.T"
-    bt, bv, bh = space["block_t"][-1], 128, space["block_h"][-1]
-    return f'''"""mk offline author: fused LM-head cross-entropy for {task.name} (target gpu, Pallas Triton).
-
-One program per token block. A lax.fori_loop over vocabulary blocks (pl.ds slices of W) carries the running max,
-running sum of exponentials and picked logit per token in registers (Triton has no scratch memory); an inner loop
-over hidden chunks accumulates each (block_t, block_v) logits tile in f32, rounded to {pat.logits_dtype} like the
-reference. Only per-token losses (T,) reach HBM; the {reduction} over tokens is jnp. Blocks are powers of two;
-T, V and H are zero-padded to multiples of them (padded vocabulary columns masked, padded tokens sliced off).
-"""
-import functools
-
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
-
-CONFIG_SPACE = {space!r}
-W_VOCAB_FIRST = {pat.w_vocab_first}
-LOGITS_DTYPE = jnp.dtype("{pat.logits_dtype}")
-NUM_STAGES = 2
-_MASKED = -1e30
-
-
-def _pow2_block(n, want):
-    """(block, padded n): the largest power of two <= want (and >= want / 4) dividing n, else want with n padded."""
-    b = want
-    while b * 4 >= want and b >= 16:
-        if n % b == 0:
-            return b, n
-        b //= 2
-    return want, -(-n // want) * want
-
-
-def _kernel(lab_ref, x_ref, w_ref, o_ref, *, block_v, block_h, nv, nh, vocab, masked):
-    labels = lab_ref[...]
-    block_t = labels.shape[0]
-
-    def logits_tile(v0):
-        def chunk(c, acc):
-            h0 = pl.multiple_of(c * block_h, block_h)
-            x = x_ref[:, pl.ds(h0, block_h)]
-            if W_VOCAB_FIRST:
-                w = w_ref[pl.ds(v0, block_v), pl.ds(h0, block_h)]
-                dims = (((1,), (1,)), ((), ()))
-            else:
-                w = w_ref[pl.ds(h0, block_h), pl.ds(v0, block_v)]
-                dims = (((1,), (0,)), ((), ()))
-            return acc + lax.dot_general(x, w, dims, preferred_element_type=jnp.float32)
-
-        acc = lax.fori_loop(0, nh, chunk, jnp.zeros((block_t, block_v), jnp.float32))
-        return acc.astype(LOGITS_DTYPE).astype(jnp.float32)
-
-    def step(j, carry):
-        m, s, picked = carry
-        v0 = pl.multiple_of(j * block_v, block_v)
-        logits = logits_tile(v0)
-        cols = v0 + lax.broadcasted_iota(jnp.int32, (block_t, block_v), 1)
-        if masked:
-            logits = jnp.where(cols < vocab, logits, _MASKED)
-        m_new = jnp.maximum(m, jnp.max(logits, axis=1))
-        s = jnp.exp(m - m_new) * s + jnp.sum(jnp.exp(logits - m_new[:, None]), axis=1)
-        picked = picked + jnp.sum(jnp.where(cols == labels[:, None], logits, 0.0), axis=1)
-        return m_new, s, picked
-
-    init = (jnp.full((block_t,), _MASKED, jnp.float32), jnp.zeros((block_t,), jnp.float32),
-            jnp.zeros((block_t,), jnp.float32))
-    m, s, picked = lax.fori_loop(0, nv, step, init)
-    o_ref[...] = m + jnp.log(s) - picked
-
-
-def per_token_loss(x, w, labels, *, block_t, block_v, block_h, num_warps=4):
-    """lse(x @ W) - (x @ W)[label] per token, f32 (T,); x (T, H), W (H, V) or (V, H) when W_VOCAB_FIRST."""
-    tokens, hidden = x.shape
-    vocab = w.shape[0] if W_VOCAB_FIRST else w.shape[1]
-    block_t, t_pad = _pow2_block(tokens, block_t)
-    block_v, v_pad = _pow2_block(vocab, block_v)
-    block_h, h_pad = _pow2_block(hidden, block_h)
-    labels = labels.astype(jnp.int32)
-    if t_pad != tokens or h_pad != hidden:
-        x = jnp.pad(x, ((0, t_pad - tokens), (0, h_pad - hidden)))
-        labels = jnp.pad(labels, (0, t_pad - tokens))
-    if v_pad != vocab or h_pad != hidden:
-        w = jnp.pad(w, ((0, v_pad - vocab), (0, h_pad - hidden)) if W_VOCAB_FIRST
-                    else ((0, h_pad - hidden), (0, v_pad - vocab)))
-    out = pl.pallas_call(
-        functools.partial(_kernel, block_v=block_v, block_h=block_h, nv=v_pad // block_v, nh=h_pad // block_h,
-                          vocab=vocab, masked=v_pad != vocab),
-        grid=(t_pad // block_t,),
-        in_specs=[
-            pl.BlockSpec((block_t,), lambda i: (i,)),
-            pl.BlockSpec((block_t, h_pad), lambda i: (i, 0)),
-            pl.BlockSpec(w.shape, lambda i: (0, 0)),
-        ],
-        out_specs=pl.BlockSpec((block_t,), lambda i: (i,)),
-        out_shape=jax.ShapeDtypeStruct((t_pad,), jnp.float32),
-        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=NUM_STAGES),
-    )(labels, x, w)
-    return out[:tokens]
-
-
-def kernel({signature(task, f"block_t={bt}, block_v={bv}, block_h={bh}, num_warps=4")}):
-    per_token = per_token_loss({x_expr}, {names[pat.w]}, {names[pat.labels]}, block_t=block_t, block_v=block_v,
-                               block_h=block_h, num_warps=num_warps)
-    out = {_final(reduction, sign)}
-    return out.reshape({_out_shape(task, pat, names)}).astype({_out_dtype(task)})
-'''
+    if gpu:
+        cfg = f"block_t={space['block_t'][-1]}, block_v=128, block_h={space['block_h'][-1]}, num_warps=4"
+        blocks = "block_t=block_t, block_v=block_v, block_h=block_h, num_warps=num_warps"
+    else:
+        bt = 256 if 256 in space["block_t"] else space["block_t"][-1]
+        bv = 512 if 512 in space["block_v"] else space["block_v"][-1]
+        cfg, blocks = f"block_t={bt}, block_v={bv}", "block_t=block_t, block_v=block_v"
+    text = (_GPU_TEXT if gpu else _TPU_TEXT).format(dtype=pat.logits_dtype, reduction=reduction)
+    title = f"mk offline author: fused LM-head cross-entropy for {task.name} (target {'gpu, Pallas Triton' if gpu else 'tpu'})."
+    lines = [
+        *file_head(title, text, gpu=gpu, space=space),
+        "#: W is stored (V, H) (else (H, V)); x is stored (T, H) (else (H, T))",
+        f"W_VOCAB_FIRST = {pat.w_vocab_first}",
+        f"X_TOKENS_FIRST = {pat.x_tokens_first}",
+        f'LOGITS_DTYPE = jnp.dtype("{pat.logits_dtype}")',
+        "",
+        "",
+        *family_section("cross_entropy", target, ce_gpu if gpu else ce_tpu),
+        "",
+        "",
+        f"def kernel({signature(task, cfg)}):",
+        f"    per_token = {'ce_fwd_gpu' if gpu else 'ce_fwd_tpu'}({names[pat.x]}, {names[pat.w]}, {names[pat.labels]}, "
+        "w_vocab_first=W_VOCAB_FIRST, x_tokens_first=X_TOKENS_FIRST,",
+        f"                           logits_dtype=LOGITS_DTYPE, {blocks})",
+        f"    out = {_final(reduction, sign)}",
+        f"    return out.reshape({_out_shape(task, pat, names)}).astype({_out_dtype(task)})",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 # --- the backward --------------------------------------------------------------------------------------------------
@@ -553,13 +394,10 @@ _BACKWARD_PLAN = ("backward: mk/kernels/cross_entropy (lse recomputed online ove
 
 
 def with_backward(source: str, task: Task, pat: CEPattern, reduction: str, sign: float, target: str) -> str:
-    """The written file with its backward: mk/kernels/cross_entropy/<target>.py copied in and ``kernel_bwd`` (the
-    contract in docs/architecture.md): the per-token cotangent ``c`` from the loss's reduction and sign, then
-    ``(dx, dW)`` in the inputs' own layouts and None for the labels."""
-    from mk.author.emit import family_section
-    from mk.kernels.cross_entropy import gpu as ce_gpu
-    from mk.kernels.cross_entropy import tpu as ce_tpu
-
+    """The written file with its backward ``kernel_bwd`` (the contract in docs/architecture.md; the kernels of
+    mk/kernels/cross_entropy/<target>.py are in the file already, copied in with the forward): the per-token
+    cotangent ``c`` from the loss's reduction and sign, then ``(dx, dW)`` in the inputs' own layouts and None for
+    the labels."""
     gpu = kernel_language(target) == "triton"
     names = arg_names(task)
     x, w, lab = names[pat.x], names[pat.w], names[pat.labels]
@@ -576,10 +414,9 @@ def with_backward(source: str, task: Task, pat: CEPattern, reduction: str, sign:
     grads[pat.x] = "dx" if pat.x_tokens_first else "dx.T"
     grads[pat.w] = "dw.T" if pat.w_vocab_first else "dw"
     fn = "ce_bwd_gpu" if gpu else "ce_bwd_tpu"
+    if f"# --- mk/kernels/cross_entropy/{target}.py" not in source:  # the forward copied the kernels in already
+        raise Unsupported("internal: the cross-entropy file lacks its copy of mk/kernels/cross_entropy")
     lines = [
-        "",
-        "",
-        *family_section("cross_entropy", target, ce_gpu if gpu else ce_tpu),
         "",
         "",
         f"def kernel_bwd(cotangent, {signature(task, '')}):",

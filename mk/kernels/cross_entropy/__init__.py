@@ -1,4 +1,5 @@
-"""LM-head cross-entropy backward: ``lse`` recomputed (online over vocabulary blocks), ``dlogits = c * (softmax -
+"""LM-head cross-entropy. Forward: logits tiles in on-chip memory, an online log-sum-exp over vocabulary blocks,
+per-token losses out (the logits never reach HBM). Backward: ``lse`` recomputed (online over vocabulary blocks), ``dlogits = c * (softmax -
 onehot)`` per tile in a kernel, then ``dx = dlogits @ W^T`` and ``dW = x^T @ dlogits``.
 
 ``reference.py`` is the per-token loss and its VJP, ``tpu.py`` the Mosaic kernels, ``gpu.py`` the Triton kernels,
@@ -11,10 +12,10 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from mk.kernels.cross_entropy.config import Config, Shapes, default, space
-from mk.kernels.cross_entropy.gpu import ce_bwd_gpu
+from mk.kernels.cross_entropy.config import Config, FwdConfig, Shapes, default, fwd_default, fwd_space, space
+from mk.kernels.cross_entropy.gpu import ce_bwd_gpu, ce_fwd_gpu
 from mk.kernels.cross_entropy.reference import ce_bwd, per_token_loss
-from mk.kernels.cross_entropy.tpu import ce_bwd_tpu
+from mk.kernels.cross_entropy.tpu import ce_bwd_tpu, ce_fwd_tpu
 from mk.targets import kernel_language
 
 _CHIPS = {"tpu": "v6e", "gpu": "h200"}
@@ -31,5 +32,21 @@ def cross_entropy_bwd(x: Any, w: Any, labels: Any, c: Any, *, target: str, confi
     return fn(x, w, labels, c, **config.kwargs(target), **kernel_kwargs)
 
 
-__all__ = ["Config", "Shapes", "ce_bwd", "ce_bwd_gpu", "ce_bwd_tpu", "cross_entropy_bwd", "default", "per_token_loss",
-           "space"]
+def cross_entropy_fwd(x: Any, w: Any, labels: Any, *, target: str, w_vocab_first: bool = False,
+                      x_tokens_first: bool = True, config: FwdConfig | None = None, chip: str | None = None,
+                      **kernel_kwargs: Any) -> Any:
+    """Per-token losses ``lse(x @ W) - (x @ W)[label]`` (f32, (T,)) on ``target`` (tpu or gpu); W (H, V), or (V, H)
+    when ``w_vocab_first``; x (T, H), or (H, T) when not ``x_tokens_first``."""
+    if target not in _CHIPS:
+        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    t, h = x.shape if x_tokens_first else x.shape[::-1]
+    v = w.shape[0] if w_vocab_first else w.shape[1]
+    config = config or fwd_default(chip or _CHIPS[target], Shapes(t, h, v, jnp.dtype(x.dtype).itemsize))
+    config.check(target)
+    fn = ce_fwd_tpu if kernel_language(target) == "mosaic" else ce_fwd_gpu
+    return fn(x, w, labels, w_vocab_first=w_vocab_first, x_tokens_first=x_tokens_first, **config.kwargs(target),
+              **kernel_kwargs)
+
+
+__all__ = ["Config", "FwdConfig", "Shapes", "ce_bwd", "ce_bwd_gpu", "ce_bwd_tpu", "ce_fwd_gpu", "ce_fwd_tpu",
+           "cross_entropy_bwd", "cross_entropy_fwd", "default", "fwd_default", "fwd_space", "per_token_loss", "space"]

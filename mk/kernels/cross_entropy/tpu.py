@@ -1,7 +1,18 @@
-"""LM-head cross-entropy backward on TPU (Mosaic): the log-sum-exp recomputed, dlogits per tile, dx/dW by matmuls.
+"""LM-head cross-entropy on TPU (Mosaic): the fused forward (online log-sum-exp over vocabulary blocks, logits
+never in HBM) and the backward (the log-sum-exp recomputed, dlogits per tile, dx/dW by matmuls).
 
-For x (T, H), W (H, V), integer labels (T,) and per-token cotangents c (T,) of
-``loss_t = lse(x @ W)_t - (x @ W)[t, label_t]``:
+Forward, :func:`ce_fwd_tpu`: grid (T/block_t, V/block_v), the vocabulary axis
+"arbitrary": each step computes a (block_t, block_v) logits tile from
+(block_t, H) x (H, block_v) in VMEM (rounded to the logits dtype, then f32
+math) and updates a running max, sum of exponentials and picked logit per
+token in f32 VMEM scratch; only per-token losses (T,) reach HBM. W is read in
+its own layout, (H, V) or (V, H) (``w_vocab_first``); x as (T, H) or (H, T)
+(``x_tokens_first``). ``block_v`` shrinks to a multiple of 128 dividing V;
+otherwise W is zero-padded to a multiple of ``block_v`` and the padded columns
+masked to -1e30 (labels never point there); T likewise with a quantum of 8.
+
+Backward, :func:`ce_bwd_tpu`: for x (T, H), W (H, V), integer labels (T,) and
+per-token cotangents c (T,) of ``loss_t = lse(x @ W)_t - (x @ W)[t, label_t]``:
 
 1. ``lse``: grid (T/block_t, V/block_v), the vocabulary axis "arbitrary": each
    step computes a (block_t, block_v) logits tile in VMEM (rounded to the
@@ -31,6 +42,90 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 _MASKED_LOGIT = -1e30
+
+
+def _fit(n, want, quantum):
+    """(block, padded n): the largest multiple of quantum <= want dividing n (and at least want / 4), else want
+    with n padded to a multiple of it; n rounded up to quantum when smaller than want."""
+    want = max(quantum, want // quantum * quantum)
+    if n <= want:
+        size = -(-n // quantum) * quantum
+        return size, size
+    for b in range(want, quantum - 1, -quantum):
+        if n % b == 0 and b * 4 >= want:
+            return b, n
+    return want, -(-n // want) * want
+
+
+def _ce_fwd_kernel(lab_ref, x_ref, w_ref, o_ref, m_ref, s_ref, p_ref, *, block_v, nv, vocab, masked, w_vocab_first,
+                   logits_dtype):
+    j = pl.program_id(1)
+
+    @pl.when(j == 0)
+    def _init():
+        m_ref[...] = jnp.full(m_ref.shape, _MASKED_LOGIT, jnp.float32)
+        s_ref[...] = jnp.zeros(s_ref.shape, jnp.float32)
+        p_ref[...] = jnp.zeros(p_ref.shape, jnp.float32)
+
+    w_dims = (((1,), (1,)), ((), ())) if w_vocab_first else (((1,), (0,)), ((), ()))
+    logits = lax.dot_general(x_ref[...], w_ref[...], w_dims, preferred_element_type=jnp.float32)
+    logits = logits.astype(logits_dtype).astype(jnp.float32)
+    cols = j * block_v + lax.broadcasted_iota(jnp.int32, logits.shape, 1)
+    if masked:
+        logits = jnp.where(cols < vocab, logits, _MASKED_LOGIT)
+    m_prev = m_ref[...]
+    m_new = jnp.maximum(m_prev, jnp.max(logits, axis=1, keepdims=True))
+    s_ref[...] = jnp.exp(m_prev - m_new) * s_ref[...] + jnp.sum(jnp.exp(logits - m_new), axis=1, keepdims=True)
+    m_ref[...] = m_new
+    p_ref[...] += jnp.sum(jnp.where(cols == lab_ref[...], logits, 0.0), axis=1, keepdims=True)
+
+    @pl.when(j == nv - 1)
+    def _done():
+        o_ref[...] = m_ref[...] + jnp.log(s_ref[...]) - p_ref[...]
+
+
+def ce_fwd_tpu(x, w, labels, *, w_vocab_first=False, x_tokens_first=True, logits_dtype=None, block_t=256,
+               block_v=512):
+    """``lse(x @ W) - (x @ W)[label]`` per token, f32 (T,): x (T, H) (or (H, T) when not ``x_tokens_first``), W
+    (H, V) (or (V, H) when ``w_vocab_first``), integer labels (T,); the logits rounded to ``logits_dtype`` (x's
+    dtype by default) like ``jnp.dot``'s."""
+    if not x_tokens_first:
+        x = x.T
+    tokens, hidden = x.shape
+    vocab, w_hidden = (w.shape[0], w.shape[1]) if w_vocab_first else (w.shape[1], w.shape[0])
+    if w_hidden != hidden or labels.shape != (tokens,):
+        raise ValueError(f"expected x (T, H), w {'(V, H)' if w_vocab_first else '(H, V)'} and labels (T,), got "
+                         f"{x.shape=}, {w.shape=}, {labels.shape=}")
+    block_t, t_pad = _fit(tokens, block_t, 8)
+    block_v, v_pad = _fit(vocab, block_v, 128)
+    labels = labels.astype(jnp.int32).reshape(tokens, 1)
+    if t_pad != tokens:
+        x = jnp.pad(x, ((0, t_pad - tokens), (0, 0)))
+        labels = jnp.pad(labels, ((0, t_pad - tokens), (0, 0)))
+    if v_pad != vocab:
+        w = jnp.pad(w, ((0, v_pad - vocab), (0, 0)) if w_vocab_first else ((0, 0), (0, v_pad - vocab)))
+    nv = v_pad // block_v
+    if w_vocab_first:
+        w_spec = pl.BlockSpec((block_v, hidden), lambda i, j: (j, 0))
+    else:
+        w_spec = pl.BlockSpec((hidden, block_v), lambda i, j: (0, j))
+    out = pl.pallas_call(
+        functools.partial(_ce_fwd_kernel, block_v=block_v, nv=nv, vocab=vocab, masked=v_pad != vocab,
+                          w_vocab_first=w_vocab_first, logits_dtype=jnp.dtype(logits_dtype or x.dtype)),
+        grid=(t_pad // block_t, nv),
+        in_specs=[
+            pl.BlockSpec((block_t, 1), lambda i, j: (i, 0)),
+            pl.BlockSpec((block_t, hidden), lambda i, j: (i, 0)),
+            w_spec,
+        ],
+        out_specs=pl.BlockSpec((block_t, 1), lambda i, j: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct((t_pad, 1), jnp.float32),
+        scratch_shapes=[pltpu.VMEM((block_t, 1), jnp.float32) for _ in range(3)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"),
+                                             vmem_limit_bytes=48 * 2**20),
+        name="ce_fwd_tpu",
+    )(labels, x, w)
+    return out[:tokens, 0]
 
 
 def _ce_tile(x_ref, w_ref, *, v, block_v, logits_dtype, precision):
