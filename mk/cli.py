@@ -66,15 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = set(parser._subparsers._group_actions[0].choices) if parser._subparsers else set()
     argv = normalise(list(sys.argv[1:] if argv is None else argv), commands)
     want_json = "--json" in argv
-    if want_json:  # --json always prints JSON, usage errors included
-        def json_error(message: str) -> None:
-            _print_json_error("UsageError", message, f"see `mk {next((a for a in argv if a in commands), '')} --help`")
-            raise SystemExit(2)
-
-        parser.error = json_error  # type: ignore[method-assign]
-        for action in parser._subparsers._group_actions if parser._subparsers else ():
-            for sub in getattr(action, "choices", {}).values():
-                sub.error = json_error
+    if want_json:  # --json always prints JSON, usage errors included, at every level (`mk kb search` too)
+        _json_usage_errors(parser, argv, commands)
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the command's own parser, so its usage (not the top-level one) is shown
         subs = parser._subparsers._group_actions[0].choices if parser._subparsers else {}
@@ -100,6 +93,25 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc) or "interrupted; everything written so far is kept (`mk runs` lists the run; `mk resume RUN` "
               "continues it)", file=sys.stderr)
         return 130
+
+
+def _json_usage_errors(parser: argparse.ArgumentParser, argv: list[str], commands: set[str]) -> None:
+    """Make ``parser`` and every parser below it (sub-commands of sub-commands included) report a usage error as
+    one JSON object and exit 2."""
+
+    def hook(p: argparse.ArgumentParser, top: bool) -> None:
+        hint = f"see `mk {next((a for a in argv if a in commands), '')} --help`" if top else f"see `{p.prog} --help`"
+
+        def json_error(message: str) -> None:
+            _print_json_error("UsageError", message, hint.replace("mk  ", "mk "))
+            raise SystemExit(2)
+
+        p.error = json_error  # type: ignore[method-assign]
+        for action in p._subparsers._group_actions if p._subparsers else ():
+            for sub in getattr(action, "choices", {}).values():
+                hook(sub, False)
+
+    hook(parser, True)
 
 
 def _sigterm_interrupts() -> None:

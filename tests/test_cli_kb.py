@@ -64,3 +64,17 @@ def test_jax_docs_vmem_scratch_demo(tmp_path, capsys):
     capsys.readouterr()
     assert main(["kb", "--kb", kb, "search", "allocate a VMEM scratch buffer for an accumulator", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["doc"].startswith("pallas/tpu/")
+
+
+@pytest.mark.parametrize("argv", [["kb", "search", "--json"], ["kb", "--json", "search"], ["--json", "kb", "stats", "--bogus"],
+                                  ["kb", "lessons", "--kind", "nope", "--json"]])
+def test_json_usage_errors_of_kb_actions_are_json(argv, capsys):
+    """A usage error below `mk kb` (a missing query, a bad choice) is one JSON object with a hint, exit 2."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    out = capsys.readouterr().out
+    err = json.loads(out)
+    assert err["error"] == "UsageError" and err["reason"] and "--help" in err["hint"]
+    if "search" in argv:
+        assert "query" in err["reason"] and err["hint"] == "see `mk kb search --help`"
