@@ -229,8 +229,10 @@ class Auto:
             result = getattr(self, f"_{phase}")(traj)
         except BudgetExceeded as exc:
             self._keep_verified(traj)
-            resume = f"; continue it with: {traj.run.resume_command()} --budget-time S" if traj.run is not None else ""
-            self._finish(traj, f"budget spent: {exc.message}{resume}")
+            from mk.run.stop import budget_stop_reason
+
+            resume = traj.run.resume_command() if traj.run is not None else None
+            self._finish(traj, budget_stop_reason(self.budget, resume, fallback=exc.message))
             return PhaseResult(phase, None, False, traj.stop_reason)
         except Exception as exc:
             from mk.lm import lm_failed

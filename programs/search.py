@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 from mk.errors import ConfigError, StoreError
+from mk.run.stop import budget_stop_reason, is_budget_stop
 from mk.programs.search_workers import (DUPLICATE, InlinePool, NodeJob, NodeResult, Pool, author_spec, choose_plan, make_author,
                                         make_pool)
 
@@ -273,7 +274,8 @@ class Search:
         best = best_node(nodes)
         spent = spent or self._spent()
         reason = (spent + f"; {cfg.algorithm} search stopped at {len(nodes)} nodes" if spent and spent.startswith("no ") else
-                  "budget spent: " + spent + f"; {cfg.algorithm} search stopped at {len(nodes)} nodes" if spent else
+                  budget_stop_reason(self.budget, run.resume_command(), then=f"{cfg.algorithm} search stopped at {len(nodes)} nodes",
+                                     fallback=spent) if spent else
                   f"{cfg.algorithm} search finished: {len(nodes)} nodes") + (
             f"; best: node {best.key} ({best.plan or best.plans[:1]}, "
             f"{f'speedup {best.speedup:.2f}x' if best.speedup is not None else 'speedup not measured'})" if best else "; no correct candidate")
@@ -400,7 +402,7 @@ class Search:
         dup_of = next((n.key for n in done.values() if head is not None and head.code_hash in n.hashes), None)
         if result.error:
             status, reason = "crashed", result.error.splitlines()[0]
-        elif not result.snapshots and result.stop_reason.startswith("budget spent"):
+        elif not result.snapshots and is_budget_stop(result.stop_reason):
             status, reason = "stopped", "the search's budget ran out before this node tried a candidate"
         elif not result.snapshots:
             status, reason = "crashed", f"the node's session produced no snapshot ({result.stop_reason})"

@@ -139,6 +139,34 @@ def _mk(*args, stdin=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "mk", *args], capture_output=True, text=True, timeout=timeout, input=stdin)
 
 
+def test_every_mode_says_a_spent_budget_in_the_same_words_with_its_resume_command(tmp_path):
+    """auto, search, HITL and bench: which budget, how much was spent, said once, and the exact command that continues
+    the run with a new budget of that kind (built by mk.run.stop.budget_stop_reason)."""
+    import re
+
+    reasons = {}
+    for mode in ("auto", "search", "hitl"):
+        db = str(tmp_path / f"{mode}.duckdb")
+        proc = _mk("optimize", str(EXAMPLE), "--lm", "offline", "--target", "cpu", "--scale", "ci", "--db", db,
+                   "--out", str(tmp_path / mode), "--budget-time", "0.01", "--mode", mode, "--workers", "inline", "--json",
+                   stdin="a\n" * 8, timeout=300)
+        printed = json.loads(proc.stdout.strip().splitlines()[-1])
+        reason = reasons[mode] = printed["stop_reason"]
+        resume = "mk hitl --resume" if mode == "hitl" else "mk resume"
+        assert re.match(r"budget spent: wall-time budget, \d+\.\d s of 0\.01 s; ", reason), reason
+        assert reason.count("budget spent") == 1, reason
+        assert f"continue with a new budget: {resume} {printed['run_id']} --db {db} --budget-time 0.01" in reason, reason
+    bench = tmp_path / "bench"
+    _mk("bench", str(EXAMPLE), "--lm", "offline", "--target", "cpu", "--db", str(tmp_path / "b.duckdb"), "--out", str(bench),
+        "--no-plots", "--budget-time", "0", "--json", timeout=300)
+    results = json.loads((bench / "results.json").read_text())
+    stop = results["stop_reason"]
+    assert stop.startswith("budget spent: wall-time budget, ") and stop.count("budget spent") == 1, stop
+    assert stop.endswith(f"mk bench --resume {results['bench_id']} --db {tmp_path / 'b.duckdb'} --budget-time SECONDS"), stop
+    (row,) = results["tasks"]
+    assert row["reason"].startswith("not run: budget spent: wall-time budget, ") and row["reason"].count("budget spent") == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["auto", "search", "hitl"])
 def test_a_spent_budget_is_the_same_stop_reason_everywhere(tmp_path, mode):
@@ -153,7 +181,7 @@ def test_a_spent_budget_is_the_same_stop_reason_everywhere(tmp_path, mode):
     reports = list(Path(out).glob("*.report.json"))
     assert len(reports) == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
     report = json.loads(reports[0].read_text())
-    assert report["mode"] == mode and "budget" in report["stop_reason"] and "wall-time budget spent" in report["stop_reason"]
+    assert report["mode"] == mode and report["stop_reason"].startswith("budget spent: wall-time budget, ")
     assert "no rule applies" not in report["stop_reason"]
     if mode != "hitl":
         printed = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -321,7 +349,8 @@ def test_a_budget_spent_during_tuning_keeps_the_verified_kernel(task_file):
     assert len(trials) == 2  # stopped between trials once the budget was spent, not after all four
     (snap,) = traj.snapshots
     assert snap.status == "correct" and traj.best is snap and snap.config == {}
-    assert traj.stop_reason.startswith("budget spent: the run stopped: wall-time budget spent") and "best: tiled" in traj.stop_reason
+    assert traj.stop_reason.startswith("budget spent: wall-time budget, ") and "best: tiled" in traj.stop_reason
+    assert traj.stop_reason.count("budget spent") == 1
 
 
 def test_runs_and_show_work_while_another_process_writes(tmp_path):

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from mk.bench.results import Step, TaskRow
 from mk.errors import MkError
+from mk.run.stop import budget_stop_reason, is_budget_stop
 from mk.task import Task
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ def run_auto(task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
     row = _summarise(row, steps, [s.result for s in traj.snapshots])
     if not steps:
         row.reason = traj.stop_reason
-        if traj.stop_reason.startswith("budget spent"):  # not the author declining: the benchmark's budget ran out
+        if is_budget_stop(traj.stop_reason):  # not the author declining: the benchmark's budget ran out
             row.status = "skipped"
     row.seconds = time.perf_counter() - t0
     return row
@@ -237,7 +238,8 @@ def _best_of_n(task: Task, author: Any, cfg: MethodConfig, samples: bool) -> Tas
     if run is not None:
         best = f"; best: {row.best} ({row.speedup:.2f}x)" if row.correct and row.speedup is not None else (
             f"; best: {row.best} (speed not measured)" if row.correct else "")
-        why = f"budget spent: {spent}; stopped after {len(steps)} of {cfg.samples} samples" if spent else f"{len(steps)} independent samples"
+        why = (budget_stop_reason(cfg.budget, None, then=f"stopped after {len(steps)} of {cfg.samples} samples", fallback=spent) if spent
+               else f"{len(steps)} independent samples")
         run.finish("correct" if row.correct else "no_correct_candidate", why + best)
     row.seconds = time.perf_counter() - t0
     return row

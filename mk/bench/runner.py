@@ -21,6 +21,8 @@ from mk.bench.metrics import compute_metrics
 from mk.bench.methods import RUNNERS, MethodConfig
 from mk.bench.results import METHODS, BenchResult, TaskRow
 from mk.errors import ConfigError, MkError
+from mk.run.service import db_flag
+from mk.run.stop import budget_stop_reason
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +160,8 @@ def run_bench(cfg: BenchConfig, *, on_event: Callable[[str, dict[str, Any]], Non
         metrics = {m: compute_metrics([r.outcome() for r in rows if r.method == m], can_time=can_time, unmeasured_reason=speed_reason)
                    for m in methods}
         spent = meter.exceeded() if meter is not None else None
-        stop = (f"budget spent: {spent}; " + f"{sum(r.status == 'skipped' for r in rows)} task runs skipped or cut short") if spent else ""
+        stop = budget_stop_reason(meter, f"mk bench --resume {bench_id}{db_flag(store.path)}", fallback=spent,
+                                  then=f"{sum(r.status == 'skipped' for r in rows)} task runs skipped or cut short") if spent else ""
         if interrupted:  # the report says it is partial, not only the command line
             stop = (f"interrupted after {len(rows)} of {len(refs) * len(methods)} (task, method) pairs; this report is partial; "
                     f"continue it with: mk bench --resume {bench_id}")
@@ -236,7 +239,8 @@ def _run_tasks(refs: list[Any], methods: list[str], cfg: BenchConfig, factory: C
         for m in methods:
             spent = mcfg.budget.exceeded() if mcfg.budget is not None else None
             if spent:  # the benchmark's budget is spent: the rest are recorded as skipped, not run
-                rows.append(TaskRow(m, task.name, "skipped", f"not run: budget spent ({spent})", fingerprint=task.fingerprint()))
+                rows.append(TaskRow(m, task.name, "skipped", f"not run: {budget_stop_reason(mcfg.budget, None, fallback=spent)}",
+                                    fingerprint=task.fingerprint()))
                 record_row(store, bench_id, rows[-1])
                 emit("task", {"row": rows[-1]})
                 continue

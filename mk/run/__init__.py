@@ -3,6 +3,7 @@
 * :mod:`mk.run.config` — :class:`RunConfig`, the typed record of how a run was started (stored with it);
 * :mod:`mk.run.service` — :class:`Run`: create or reopen a run, freeze its suite, finish / interrupt / fail it;
 * :mod:`mk.run.best` — :func:`best_of`, the one rule for "the best kernel";
+* :mod:`mk.run.stop` — :func:`budget_stop_reason`, the one stop reason for a spent budget (every mode);
 * :mod:`mk.run.output` — the kernel file (provenance header, envelope guard) and the JSON report every mode writes.
 
 Auto, search, HITL, bench and ``mk resume`` go through these; none of them creates a run row itself.
