@@ -469,155 +469,12 @@ def _softmax_op(task: Task, traced: list[Traced], layout: RowLayout) -> NormBack
     return NormBackward("softmax", 0, None, None, "0.0")
 
 
-_TWO_PASS_TPU = """
-def _normalise(x, a, b, *, kind, d, eps):
-    if kind == "softmax":
-        return jnp.exp(x - a) / b
-    if kind == "rms":
-        return x * lax.rsqrt(b / d + eps)
-    mu = a / d
-    return (x - mu) * lax.rsqrt(jnp.maximum(b / d - mu * mu, 0.0) + eps)
-
-
-def _two_pass_kernel(*refs, kind, d, eps, has_w, has_b):
-    \"\"\"Grid (row blocks, pass, column blocks). Pass 0 folds each column block into the rows' running statistics
-    (f32 VMEM scratch); pass 1 reads the blocks again and writes them normalised. The output block stays resident
-    (same index) through pass 0 and is written from pass 1 on.\"\"\"
-    x_ref = refs[0]
-    w_ref = refs[1] if has_w else None
-    bias_ref = refs[1 + has_w] if has_b else None
-    o_ref, a_ref, b_ref = refs[1 + has_w + has_b:]
-    p, j = pl.program_id(1), pl.program_id(2)
-    x = x_ref[...].astype(jnp.float32)
-
-    @pl.when((p == 0) & (j == 0))
-    def _init():
-        a_ref[...] = jnp.full(a_ref.shape, -1e30 if kind == "softmax" else 0.0, jnp.float32)
-        b_ref[...] = jnp.zeros(b_ref.shape, jnp.float32)
-
-    @pl.when(p == 0)
-    def _stats():
-        if kind == "softmax":
-            m_new = jnp.maximum(a_ref[...], jnp.max(x, axis=1, keepdims=True))
-            b_ref[...] = b_ref[...] * jnp.exp(a_ref[...] - m_new) + jnp.sum(jnp.exp(x - m_new), axis=1, keepdims=True)
-            a_ref[...] = m_new
-        else:
-            a_ref[...] += jnp.sum(x, axis=1, keepdims=True)
-            b_ref[...] += jnp.sum(x * x, axis=1, keepdims=True)
-
-    @pl.when(p == 1)
-    def _apply():
-        y = _normalise(x, a_ref[...], b_ref[...], kind=kind, d=d, eps=eps)
-        if has_w:
-            y = y * w_ref[...].astype(jnp.float32)
-        if has_b:
-            y = y + bias_ref[...].astype(jnp.float32)
-        o_ref[...] = y.astype(o_ref.dtype)
-
-
-def _tp_block(n, want, quantum):
-    \"\"\"The largest multiple of quantum dividing n, at most want; n itself (the whole axis) when none does.\"\"\"
-    for b in range(min(want, n) // quantum * quantum, 0, -quantum):
-        if n % b == 0:
-            return b
-    return n
-
-
-def two_pass(x, w, b, *, kind, eps, out_dtype, block_rows, block_cols):
-    n, d = x.shape
-    br = _tp_block(n, block_rows, SUBLANES)
-    bc = _tp_block(d, block_cols, 128)
-    params = [q.reshape(1, d) for q in (w, b) if q is not None]
-    return pl.pallas_call(
-        functools.partial(_two_pass_kernel, kind=kind, d=d, eps=eps, has_w=w is not None, has_b=b is not None),
-        grid=(n // br, 2, d // bc),
-        in_specs=[pl.BlockSpec((br, bc), lambda i, p, j: (i, j))]
-        + [pl.BlockSpec((1, bc), lambda i, p, j: (0, j))] * len(params),
-        out_specs=pl.BlockSpec((br, bc), lambda i, p, j: (i, j * p)),
-        out_shape=jax.ShapeDtypeStruct((n, d), out_dtype),
-        scratch_shapes=[pltpu.VMEM((br, 1), jnp.float32), pltpu.VMEM((br, 1), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary")),
-        name="rowwise_two_pass",
-    )(x, *params)
-"""
-
-_TWO_PASS_GPU = """
-def _tp_pow2(n):
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def _normalise(x, a, b, *, kind, d, eps):
-    if kind == "softmax":
-        return jnp.exp(x - a) / b
-    if kind == "rms":
-        return x * lax.rsqrt(b / d + eps)
-    mu = a / d
-    return (x - mu) * lax.rsqrt(jnp.maximum(b / d - mu * mu, 0.0) + eps)
-
-
-def _two_pass_kernel(*refs, kind, d, eps, has_w, has_b, block_cols, ncols):
-    \"\"\"One program per row block: a first loop over the row's column blocks (pl.ds slices) folds them into f32
-    statistics, a second loop reads them again and writes them normalised.\"\"\"
-    x_ref = refs[0]
-    w_ref = refs[1] if has_w else None
-    bias_ref = refs[1 + has_w] if has_b else None
-    o_ref = refs[-1]
-    br = x_ref.shape[0]
-
-    def cols(j):
-        return pl.ds(j * block_cols, block_cols)
-
-    def stats(j, carry):
-        a, s = carry
-        x = x_ref[:, cols(j)].astype(jnp.float32)
-        live = j * block_cols + lax.broadcasted_iota(jnp.int32, x.shape, 1) < d
-        if kind == "softmax":
-            x = jnp.where(live, x, -1e30)
-            m_new = jnp.maximum(a, jnp.max(x, axis=1))
-            return m_new, s * jnp.exp(a - m_new) + jnp.sum(jnp.exp(x - m_new[:, None]), axis=1)
-        x = jnp.where(live, x, 0.0)
-        return a + jnp.sum(x, axis=1), s + jnp.sum(x * x, axis=1)
-
-    init = (jnp.full((br,), -1e30 if kind == "softmax" else 0.0, jnp.float32), jnp.zeros((br,), jnp.float32))
-    a, s = lax.fori_loop(0, ncols, stats, init)
-
-    def apply(j, carry):
-        x = x_ref[:, cols(j)].astype(jnp.float32)
-        y = _normalise(x, a[:, None], s[:, None], kind=kind, d=d, eps=eps)
-        if has_w:
-            y = y * w_ref[cols(j)].astype(jnp.float32)[None, :]
-        if has_b:
-            y = y + bias_ref[cols(j)].astype(jnp.float32)[None, :]
-        o_ref[:, cols(j)] = y.astype(o_ref.dtype)
-        return carry
-
-    lax.fori_loop(0, ncols, apply, 0)
-
-
-def two_pass(x, w, b, *, kind, eps, out_dtype, block_rows, block_cols):
-    n, d = x.shape
-    br = max(1, min(_tp_pow2(block_rows), _tp_pow2(n)))
-    bc = max(16, min(_tp_pow2(block_cols), _tp_pow2(d)))
-    npad, dpad = -(-n // br) * br, -(-d // bc) * bc
-    xp = jnp.pad(x, ((0, npad - n), (0, dpad - d)))
-    params = [jnp.pad(q, (0, dpad - d)) for q in (w, b) if q is not None]
-    out = pl.pallas_call(
-        functools.partial(_two_pass_kernel, kind=kind, d=d, eps=eps, has_w=w is not None, has_b=b is not None,
-                          block_cols=bc, ncols=dpad // bc),
-        grid=(npad // br,),
-        in_specs=[pl.BlockSpec((br, dpad), lambda i: (i, 0))] + [pl.BlockSpec((dpad,), lambda i: (0,))] * len(params),
-        out_specs=pl.BlockSpec((br, dpad), lambda i: (i, 0)),
-        out_shape=jax.ShapeDtypeStruct((npad, dpad), out_dtype),
-        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),
-        name="rowwise_two_pass",
-    )(xp, *params)
-    return out[:n, :d]
-"""
-
-
 def _two_pass_source(task: Task, t0: Traced, op: NormBackward, target: str) -> str:
-    """The two-pass written file: the statistics kernel and the apply kernel, then ``kernel``."""
+    """The two-pass written file: mk/kernels/norm/<target>_two_pass.py copied in (the statistics and apply passes in
+    one kernel), then ``kernel``."""
     from mk.author.emit import dtype_expr, file_head
+    from mk.kernels.norm import Shapes, two_pass_space
+    from mk.kernels.norm import gpu_two_pass, tpu_two_pass
 
     gpu = kernel_language(target) == "triton"
     names = arg_names(task)
@@ -626,27 +483,26 @@ def _two_pass_source(task: Task, t0: Traced, op: NormBackward, target: str) -> s
     w = names[op.w] if op.w is not None else "None"
     b = names[op.b] if op.b is not None else "None"
     itemsize = min(np_dtype(a.dtype).itemsize for a in task.args)
-    sublanes = 8 * max(1, 4 // itemsize)
-    space = ({"block_rows": [1, 4, 16], "block_cols": [256, 1024, 4096]} if gpu else
-             {"block_rows": [sublanes, 64, 256], "block_cols": [512, 2048, 8192]})
+    space = two_pass_space(target, Shapes(math.prod(t0.shapes[op.x][:-1]), t0.shapes[op.x][-1], itemsize))
     cfg = "block_rows=16, block_cols=1024" if gpu else "block_rows=64, block_cols=2048"
+    fn = "two_pass_gpu" if gpu else "two_pass_tpu"
     what = "softmax" if op.kind == "softmax" else op.label
     text = (f"{what} over the last axis in two passes, for rows too long to hold on chip: pass 1 reads each row in "
             "column blocks and keeps its statistics in f32, pass 2 reads it again and writes the normalised blocks. "
             "Sizes are read from the arguments at trace time; block sizes are requests fitted to them"
-            + (" (powers of two, the padding masked out of the statistics)." if gpu else "."))
+            + (" (powers of two, the padding masked out of the statistics)." if gpu else ".")
+            + f" The kernel is {fn} of mk/kernels/norm/{target}_two_pass.py, copied in below.")
     lines = [
         *file_head(f"mk offline author: two-pass row reduction for {task.name} (target {target}).", text, gpu=gpu,
                    space=space),
-        *([] if gpu else [f"#: rows per sublane tile of the narrowest dtype", f"SUBLANES = {sublanes}"]),
-        (_TWO_PASS_GPU if gpu else _TWO_PASS_TPU).rstrip("\n"),
+        "",
+        "",
+        *family_section("norm", f"{target}_two_pass", gpu_two_pass if gpu else tpu_two_pass),
         "",
         "",
         f"def kernel({signature(task, cfg)}):",
-        f"    d = {x}.shape[-1]",
-        f"    out = two_pass({x}.reshape(-1, d), {w}, {b}, kind={op.kind!r}, eps={op.eps}, out_dtype={out_dtype}, "
+        f"    return {fn}({x}, {w}, {b}, kind={op.kind!r}, eps={op.eps}, out_dtype={out_dtype}, "
         "block_rows=block_rows, block_cols=block_cols)",
-        f"    return out.reshape({x}.shape)",
         "",
     ]
     return "\n".join(lines)

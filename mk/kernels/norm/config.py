@@ -77,3 +77,44 @@ def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
     for bm in out["block_rows"]:
         Config(block_rows=bm).check(target)
     return out
+
+
+@dataclass(frozen=True)
+class TwoPassConfig:
+    """The two-pass row reduction's blocks: ``block_rows`` rows x ``block_cols`` columns per step (TPU: multiples
+    of 8 and 128, GPU: powers of two); ``num_warps``: Triton's launch."""
+
+    block_rows: int = 64
+    block_cols: int = 2048
+    num_warps: int = 4
+
+    def __post_init__(self) -> None:
+        validate.ints_in(self, ("block_rows",), 1, 8192)
+        validate.ints_in(self, ("block_cols",), 16, 1 << 20)
+        validate.launch(self, max_stages=None)
+
+    def check(self, target: str) -> None:
+        if kernel_language(target) == "mosaic" and (self.block_rows % 8 or self.block_cols % 128):
+            raise ValueError(f"TPU two-pass blocks: block_rows a multiple of 8, block_cols of 128, got {self}")
+        if kernel_language(target) == "triton" and any(b & (b - 1) for b in (self.block_rows, self.block_cols)):
+            raise ValueError(f"GPU two-pass blocks must be powers of two, got {self}")
+
+    def kwargs(self, target: str) -> dict[str, Any]:
+        if kernel_language(target) == "mosaic":
+            return {"block_rows": self.block_rows, "block_cols": self.block_cols}
+        return {"block_rows": self.block_rows, "block_cols": self.block_cols, "num_warps": self.num_warps}
+
+
+def two_pass_default(chip: str, shapes: Shapes) -> TwoPassConfig:
+    """TPU: 64 x 2048 blocks (16 rows for 16-bit data); GPU: 16 rows x 1024 columns per program."""
+    if get_spec(chip).kind == "tpu":
+        return TwoPassConfig(block_rows=64, block_cols=2048)
+    return TwoPassConfig(block_rows=16, block_cols=1024, num_warps=4)
+
+
+def two_pass_space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
+    """The two-pass tuning space (the row block fitted to the rows, so every point runs at every size)."""
+    if kernel_language(target) == "mosaic":
+        sub = 8 * max(1, 4 // shapes.itemsize)
+        return {"block_rows": [sub, 64, 256], "block_cols": [512, 2048, 8192]}
+    return {"block_rows": [1, 4, 16], "block_cols": [256, 1024, 4096]}

@@ -1,4 +1,5 @@
-"""The plain-JAX reference of :mod:`mk.kernels.norm`: RMSNorm and LayerNorm over the last axis, and their VJPs."""
+"""The plain-JAX reference of :mod:`mk.kernels.norm`: RMSNorm, LayerNorm and softmax over the last axis, and the
+norms' VJPs."""
 
 from __future__ import annotations
 
@@ -28,6 +29,19 @@ def layernorm(x: Any, w: Any | None, b: Any | None, eps: float) -> Any:
     if b is not None:
         y = y + b.astype(jnp.float32)
     return y.astype(x.dtype)
+
+
+def softmax(x: Any) -> Any:
+    """``exp(x - max) / sum(exp(x - max))`` over the last axis, f32 math, output in x's dtype."""
+    return jax.nn.softmax(x.astype(jnp.float32), axis=-1).astype(x.dtype)
+
+
+def two_pass(x: Any, w: Any | None, b: Any | None, *, kind: str, eps: float = 0.0) -> Any:
+    """What the two-pass kernels compute: :func:`softmax` (``kind="softmax"``, no w or b), :func:`rmsnorm` or
+    :func:`layernorm`."""
+    if kind == "softmax":
+        return softmax(x)
+    return rmsnorm(x, w, eps) if kind == "rms" else layernorm(x, w, b, eps)
 
 
 def rmsnorm_bwd(x: Any, w: Any | None, g: Any, eps: float) -> tuple[Any, Any]:
