@@ -1,0 +1,176 @@
+"""Tiled matmul on GPU (Pallas Triton) with a fused epilogue.
+
+The same computation as :mod:`mk.kernels.matmul.tpu`: ``out = epilogue(x @
+w, *params)``, x (M, K), w (K, N) or (N, K) with ``transpose_w``. One program
+per (row block, column block) holds its rows of x and columns of w over all of
+K and loops over K blocks inside the kernel, accumulating in f32; the finished
+block is cast to ``product_dtype`` and goes through ``epilogue(acc,
+*param_blocks)`` before it is written. Parameter kinds are those of the TPU
+kernel (tile, row, col, scalar).
+
+Triton blocks are powers of two: each block size is the largest power of two
+>= 16 at most the request that divides the size, or, when none does, the size
+is zero-padded to a multiple of a power-of-two block. Padded rows and columns
+are sliced off the result; an epilogue that reduces along N (``full_n``: one
+program holds a whole padded row) must mask the padding itself. ``split``
+(groups, group size): the epilogue splits each row into groups, so N is
+padded group by group (each group to a power of two, then the number of
+groups) and the epilogue's output ``out`` (a ShapeDtypeStruct) is given, since
+the epilogue only ever sees padded rows.
+
+Self-contained (jax only): mk's offline author copies it verbatim into the
+kernels it writes.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+
+def _pow2(n):
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _block(n, want):
+    """(block, padded n): the largest power of two (Triton's rule) >= 16 and at most want that divides n; when
+    none does, a power of two block with n zero-padded to a multiple of it."""
+    b = 1 << (want.bit_length() - 1)
+    while b >= 16:
+        if n % b == 0:
+            return b, n
+        b //= 2
+    b = max(16, min(1 << (want.bit_length() - 1), 1 << (n - 1).bit_length()))
+    return b, -(-n // b) * b
+
+
+def _pad_to(x, shape):
+    widths = [(0, t - s) for s, t in zip(x.shape, shape)]
+    return jnp.pad(x, widths) if any(w for _, w in widths) else x
+
+
+def _pad_groups(x, axis, split):
+    """x with its axis (split[0] groups of split[1]) padded group by group: each group to a power of two, then the
+    number of groups, so the epilogue's reshape into groups splits the padded block the same way."""
+    groups, size = split
+    shape = x.shape[:axis] + (groups, size) + x.shape[axis + 1:]
+    widths = [(0, 0)] * axis + [(0, _pow2(groups) - groups), (0, _pow2(size) - size)] + [(0, 0)] * (x.ndim - axis - 1)
+    padded = jnp.pad(x.reshape(shape), widths)
+    return padded.reshape(x.shape[:axis] + (_pow2(groups) * _pow2(size),) + x.shape[axis + 1:])
+
+
+def _cast(v, dtypes):
+    for dtype in dtypes:
+        v = v.astype(dtype)
+    return v
+
+
+def _load(ref, kind, ndim):
+    """A parameter block as the epilogue sees it: the rank it was passed with, a scalar as a 0-d number."""
+    if kind == "scalar":
+        return ref[0, 0]
+    if kind == "col" and ndim == 1:
+        return ref[...].reshape(ref.shape[-1:])
+    if kind == "row" and ndim == 1:
+        return ref[...][:, 0]
+    return ref[...]
+
+
+def _matmul_gpu_kernel(x_ref, w_ref, *refs, nk, block_k, block_n, transpose_w, x_casts, w_casts, precision,
+                       product_dtype, kinds, ndims, epilogue):
+    p_refs, o_ref = refs[:-1], refs[-1]
+    dims = (((1,), (1 if transpose_w else 0,)), ((), ()))
+
+    def step(k, acc):
+        x = x_ref[:, pl.ds(k * block_k, block_k)]
+        w = w_ref[:, pl.ds(k * block_k, block_k)] if transpose_w else w_ref[pl.ds(k * block_k, block_k), :]
+        return acc + lax.dot_general(_cast(x, x_casts), _cast(w, w_casts), dims, precision=precision,
+                                     preferred_element_type=jnp.float32)
+
+    acc = lax.fori_loop(0, nk, step, jnp.zeros((x_ref.shape[0], block_n), jnp.float32))
+    params = [_load(r, kind, nd) for r, kind, nd in zip(p_refs, kinds, ndims)]
+    out = epilogue(acc.astype(product_dtype), *params)
+    out = out.reshape(out.shape + (1,)) if out.ndim == 1 else out
+    o_ref[...] = jnp.broadcast_to(out, o_ref.shape).astype(o_ref.dtype)
+
+
+def _identity(acc):
+    return acc
+
+
+def matmul_gpu(x, w, *params, kinds=(), epilogue=None, transpose_w=False, x_casts=(), w_casts=(),
+               product_dtype=None, out_dtype=None, precision=None, full_n=False, split=None, out=None, block_m=64,
+               block_n=128, block_k=64, num_warps=4, num_stages=2):
+    """``epilogue(x @ w, *params)`` on power-of-two blocks; ``kinds[i]`` is params[i]'s tiling: tile, row, col or
+    scalar."""
+    M, K = x.shape
+    N = w.shape[0 if transpose_w else 1]
+    if w.shape[1 if transpose_w else 0] != K or len(kinds) != len(params):
+        raise ValueError(f"expected x (M, K), w {'(N, K)' if transpose_w else '(K, N)'} and a kind per parameter, "
+                         f"got {x.shape=}, {w.shape=}, {len(params)} params, {kinds=}")
+    if split is not None and out is None:
+        raise ValueError("with split the epilogue's output (out) must be given: it only sees padded rows")
+    epilogue = epilogue or _identity
+    product_dtype = product_dtype or jnp.result_type(x_casts[-1] if x_casts else x.dtype,
+                                                     w_casts[-1] if w_casts else w.dtype)
+    if out is None:
+        out = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((M, N), product_dtype), *params)
+    block_m, m_pad = _block(M, block_m)
+    block_k, k_pad = _block(K, block_k)
+    if split is not None:
+        block_n = n_pad = _pow2(split[0]) * _pow2(split[1])  # whole rows, padded group by group
+        w = _pad_groups(w, 0 if transpose_w else 1, split)
+    elif full_n:
+        block_n = n_pad = max(16, _pow2(N))  # whole (padded) rows
+    else:
+        block_n, n_pad = _block(N, block_n)
+    x = _pad_to(x, (m_pad, k_pad))
+    w = _pad_to(w, (n_pad, k_pad) if transpose_w else (k_pad, n_pad))
+    arrays, specs = [], []
+    for p, kind in zip(params, kinds):
+        if kind == "scalar":  # one number
+            arrays.append(p.reshape((1, 1)))
+            specs.append(pl.BlockSpec((1, 1), lambda m, n: (0, 0)))
+        elif kind == "col":  # one value per column
+            col = p.reshape((1, N))
+            arrays.append(_pad_groups(col, 1, split) if split is not None else _pad_to(col, (1, n_pad)))
+            specs.append(pl.BlockSpec((1, block_n), lambda m, n: (0, n)))
+        elif kind == "row":  # one value per row
+            arrays.append(_pad_to(p.reshape((M, 1)), (m_pad, 1)))
+            specs.append(pl.BlockSpec((block_m, 1), lambda m, n: (m, 0)))
+        elif kind == "tile":  # one value per output
+            arrays.append(_pad_groups(_pad_to(p, (m_pad, N)), 1, split) if split is not None
+                          else _pad_to(p, (m_pad, n_pad)))
+            specs.append(pl.BlockSpec((block_m, block_n), lambda m, n: (m, n)))
+        else:
+            raise ValueError(f"a parameter's kind is tile, row, col or scalar, got {kind!r}")
+    elementwise = tuple(out.shape) == (M, N)
+    if elementwise:
+        out_spec = pl.BlockSpec((block_m, block_n), lambda m, n: (m, n))
+        out_shape = (m_pad, n_pad)
+    else:  # the epilogue reduced along N: each block of whole rows writes its out_cols columns
+        out_cols = out.shape[1] if out.ndim == 2 else 1
+        out_spec = pl.BlockSpec((block_m, out_cols), lambda m, n: (m, 0))
+        out_shape = (m_pad, out_cols)
+    if transpose_w:
+        w_spec = pl.BlockSpec((block_n, k_pad), lambda m, n: (n, 0))
+    else:
+        w_spec = pl.BlockSpec((k_pad, block_n), lambda m, n: (0, n))
+    result = pl.pallas_call(
+        functools.partial(_matmul_gpu_kernel, nk=k_pad // block_k, block_k=block_k, block_n=block_n,
+                          transpose_w=transpose_w, x_casts=tuple(x_casts), w_casts=tuple(w_casts),
+                          precision=precision, product_dtype=product_dtype, kinds=tuple(kinds),
+                          ndims=tuple(p.ndim for p in params), epilogue=epilogue),
+        grid=(m_pad // block_m, n_pad // block_n),
+        in_specs=[pl.BlockSpec((block_m, k_pad), lambda m, n: (m, 0)), w_spec, *specs],
+        out_specs=out_spec,
+        out_shape=jax.ShapeDtypeStruct(out_shape, out_dtype or out.dtype),
+        compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+    )(x, w, *arrays)
+    if split is not None and elementwise:
+        groups, size = split
+        return result[:M].reshape((M, _pow2(groups), _pow2(size)))[:, :groups, :size].reshape(out.shape)
+    return result[:M, :N if elementwise else out_cols].reshape(out.shape)

@@ -1,0 +1,162 @@
+"""mk.kernels.matmul: the TPU and GPU kernels (fused epilogue and split-K) in interpret mode against the plain-JAX
+reference: f32 and bf16, sizes the blocks divide and sizes they do not, x @ w and x @ w.T, each parameter tiling
+kind (tile, row, col, scalar), an epilogue reducing along N on whole rows, lowering, Config and space."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mk.kernels import matmul as kmm
+from mk.kernels.matmul import Config, Shapes, default, reference, space
+from mk.targets import get_target
+
+
+def _inputs(m, k, n, dtype, transpose_w=False, seed=0):
+    kx, kw = jax.random.split(jax.random.key(seed))
+    x = jax.random.normal(kx, (m, k), jnp.float32).astype(dtype)
+    w = (jax.random.normal(kw, (n, k) if transpose_w else (k, n), jnp.float32) * k ** -0.5).astype(dtype)
+    return x, w
+
+
+def _run(target, x, w, *params, **kw):
+    with get_target(target).execution():
+        return np.asarray(jax.jit(lambda *a: kmm.matmul(*a, target=target, **kw))(x, w, *params), np.float32)
+
+
+def _tol(dtype):
+    return 3e-2 if dtype == jnp.bfloat16 else 1e-4
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("m,k,n,dtype,transpose_w", [
+    (64, 256, 256, jnp.float32, False),
+    (40, 384, 200, jnp.float32, True),  # no power of two >= 16 divides 40 or 200 (Triton pads); TPU: whole axes
+    (48, 640, 128, jnp.bfloat16, False),
+    (24, 200, 80, jnp.bfloat16, True),
+])
+def test_plain_product_matches_reference(target, m, k, n, dtype, transpose_w):
+    x, w = _inputs(m, k, n, dtype, transpose_w)
+    cfg = Config(block_m=16, block_n=128, block_k=128) if target == "tpu" else Config(block_m=16, block_n=32,
+                                                                                      block_k=32)
+    got = _run(target, x, w, transpose_w=transpose_w, config=cfg)
+    want = np.asarray(reference(x, w, transpose_w=transpose_w), np.float32)
+    assert got.shape == (m, n)
+    np.testing.assert_allclose(got, want, atol=_tol(dtype), rtol=_tol(dtype))
+
+
+def _epilogue(acc, tile, row, col, scalar):
+    return jnp.tanh(acc * scalar + col) * row + tile
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("m,k,n,dtype", [(32, 256, 256, jnp.float32), (40, 384, 200, jnp.float32),
+                                         (48, 256, 384, jnp.bfloat16)])
+def test_each_parameter_kind_reaches_the_epilogue(target, m, k, n, dtype):
+    x, w = _inputs(m, k, n, dtype)
+    ks = jax.random.split(jax.random.key(1), 3)
+    tile = jax.random.normal(ks[0], (m, n), jnp.float32).astype(dtype)
+    row = jax.random.normal(ks[1], (m,), jnp.float32).astype(dtype)  # one value per row (1-D)
+    col = jax.random.normal(ks[2], (1, n), jnp.float32).astype(dtype)  # one value per column (2-D)
+    scalar = jnp.asarray([0.5], dtype)
+    params = (tile, row, col, scalar)
+    want = np.asarray(reference(x, w, tile, row[:, None], col, scalar[0], epilogue=_epilogue), np.float32)
+
+    def epilogue(acc, tile_b, row_b, col_b, s):
+        assert row_b.ndim == 1 and col_b.ndim == 2 and s.size == 1  # each block keeps the rank it was passed with
+        return _epilogue(acc, tile_b, row_b[:, None], col_b, s.reshape(()))
+
+    got = _run(target, x, w, *params, kinds=("tile", "row", "col", "scalar"), epilogue=epilogue)
+    np.testing.assert_allclose(got, want, atol=_tol(dtype), rtol=_tol(dtype))
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("m,k,n", [(32, 256, 256), (40, 200, 100)])
+def test_whole_rows_for_an_epilogue_that_reduces_along_n(target, m, k, n):
+    """full_n: a program holds whole rows, the epilogue writes one value per row (GPU rows are padded: masked)."""
+    x, w = _inputs(m, k, n, jnp.float32)
+    bias = jnp.linspace(-1.0, 1.0, n, dtype=jnp.float32)
+
+    def epilogue(acc, b):
+        v = acc + b.reshape(b.shape[-1:])
+        live = jax.lax.broadcasted_iota(jnp.int32, v.shape, 1) < n
+        return jnp.max(jnp.where(live, v, -jnp.inf), axis=1, keepdims=True)
+
+    got = _run(target, x, w, bias, kinds=("col",), epilogue=epilogue, full_n=True)
+    want = np.asarray(jnp.max(reference(x, w) + bias, axis=1, keepdims=True))
+    assert got.shape == (m, 1)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("m,k,n,dtype,splits", [(32, 768, 256, jnp.float32, 2), (40, 1024, 200, jnp.float32, 8),
+                                                (16, 512, 128, jnp.bfloat16, 4)])
+def test_split_k_matches_reference(target, m, k, n, dtype, splits):
+    x, w = _inputs(m, k, n, dtype, transpose_w=True)
+    bias = jnp.ones((n,), dtype)
+    ep = lambda y, b: jax.nn.gelu(y + b)  # noqa: E731
+    cfg = Config(block_m=16, block_n=128, block_k=128, k_splits=splits) if target == "tpu" else \
+        Config(block_m=16, block_n=64, block_k=64, k_splits=splits)
+    got = _run(target, x, w, bias, epilogue=ep, transpose_w=True, splitk=True, config=cfg)
+    want = np.asarray(reference(x, w, bias, epilogue=ep, transpose_w=True), np.float32)
+    np.testing.assert_allclose(got, want, atol=_tol(dtype), rtol=_tol(dtype))
+
+
+def test_operand_casts_and_product_dtype():
+    """x cast to bf16 inside the kernel, the product rounded to bf16 before the epilogue, as the reference does."""
+    x, w = _inputs(32, 256, 128, jnp.float32)
+    wb = w.astype(jnp.bfloat16)
+    got = _run("tpu", x, wb, x_casts=(jnp.bfloat16,), product_dtype=jnp.bfloat16)
+    want = np.asarray(reference(x.astype(jnp.bfloat16), wb, product_dtype=jnp.bfloat16), np.float32)
+    np.testing.assert_allclose(got, want, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_kernels_lower(target):
+    x, w = _inputs(256, 512, 384, jnp.bfloat16)
+    get_target(target).lower(lambda a, b: kmm.matmul(a, b, target=target), x, w)
+    get_target(target).lower(lambda a, b: kmm.matmul(a, b, target=target, splitk=True), x, w)
+
+
+def test_a_wrong_kind_or_shape_is_refused():
+    x, w = _inputs(32, 128, 128, jnp.float32)
+    with pytest.raises(ValueError, match="kinds"):
+        kmm.matmul(x, w, w, target="tpu", kinds=("diagonal",))
+    with pytest.raises(ValueError, match="expected x"):
+        kmm.matmul_tpu(x, w.T[:64])
+
+
+def test_config_validates_itself():
+    with pytest.raises(ValueError, match="block_m"):
+        Config(block_m=4)
+    with pytest.raises(ValueError, match="k_splits"):
+        Config(k_splits=0)
+    with pytest.raises(ValueError, match="num_warps"):
+        Config(num_warps=3)
+    with pytest.raises(ValueError, match="TPU blocks"):
+        Config(block_n=96).check("tpu")
+    with pytest.raises(ValueError, match="GPU blocks"):
+        Config(block_k=48).check("gpu")
+    Config(block_m=8, block_n=256, block_k=512).check("tpu")
+    Config(block_m=16, block_n=32, block_k=64).check("gpu")
+
+
+def test_default_and_space_follow_the_chip_and_shapes():
+    big = Shapes(m=4096, n=4096, k=4096, itemsize=2)
+    tpu = space("tpu", big)
+    assert tpu == {"block_m": [64, 128, 256], "block_k": [128, 256, 512], "block_n": [128, 256, 512]}
+    assert tpu["block_m"][0] % big.sublanes == 0 and big.sublanes == 16
+    assert "block_n" not in space("tpu", Shapes(64, 1024, 512, full_n=True))
+    assert space("gpu", Shapes(64, 1024, 512), splitk=True)["k_splits"] == [2, 4, 8]
+    cfg = default("v6e", big)
+    assert (cfg.block_m, cfg.block_n, cfg.block_k) == (256, 512, 512)  # fits half of v6e's 128 MiB VMEM
+    cfg.check("tpu")
+    small_vmem = default("v5e", Shapes(m=4096, n=65536, k=4096, itemsize=4, full_n=True))
+    assert small_vmem.block_k * small_vmem.block_m < 512 * 256  # whole 64k-wide rows: smaller blocks fit
+    g = default("h200", big)
+    g.check("gpu")
+    assert g.block_m in space("gpu", big)["block_m"]
+    tiny = Shapes(m=8, n=16, k=16)
+    for target in ("tpu", "gpu"):
+        sp = space(target, tiny)
+        assert all(len(v) >= 1 for v in sp.values())
