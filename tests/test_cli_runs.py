@@ -86,3 +86,45 @@ def test_resume_an_interrupted_auto_run_writes_its_kernel(tmp_path, capsys):
     with Store.open(db) as store:
         assert store.get_run(run_id)["status"] == "correct"
         assert len(store.snapshots(run_id)) == summary["snapshots"]  # nothing redone
+
+
+def test_show_piped_prints_verdict_reasons_whole(tmp_path):
+    """`mk show` into a pipe: a node's long verdict reason and the run's reason come whole, each on one line."""
+    import subprocess
+    import sys
+
+    db = str(tmp_path / "long.duckdb")
+    long_reason = "incorrect at scale ci: " + " ".join(f"case{i} max abs err 1.{i}e-2" for i in range(40)) + " END-OF-REASON"
+    with Store.open(db) as store:
+        run_id = store.create_run(None, "auto", {"target": "cpu"})
+        store.add_node(run_id, code="def kernel(x):\n    return x\n", plan="p", code_hash="h", status="incorrect",
+                       reason=long_reason, depth=1, meta={"key": "n0", "head": "tiled"})
+        store.finish_run(run_id, "no_correct_candidate", "run reason " + "x" * 400 + " END-OF-RUN-REASON")
+    proc = subprocess.run([sys.executable, "-m", "mk", "show", run_id, "--db", db], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(long_reason) > 600
+    (line,) = [ln for ln in proc.stdout.splitlines() if "END-OF-REASON" in ln]
+    assert line.rstrip().endswith(long_reason)  # whole, not cut at 160 characters nor wrapped at the console's width
+    assert any(ln.rstrip().endswith("x" * 400 + " END-OF-RUN-REASON") for ln in proc.stdout.splitlines())
+
+
+def test_hitl_piped_panels_are_not_80_columns(tmp_path):
+    """`mk hitl` into a pipe: a panel is as wide as its text, so a plan's line is not wrapped at 80 columns."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    task = Path(__file__).resolve().parents[1] / "examples" / "rmsnorm.py"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("EDITOR", None)
+    proc = subprocess.run([sys.executable, "-m", "mk", "hitl", str(task), "--lm", "offline", "--target", "tpu", "--scale", "ci",
+                           "--db", str(tmp_path / "h.duckdb"), "--out", str(tmp_path / "out"), "--trials", "1"],
+                          input="q\n", capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    top = next(i for i, ln in enumerate(lines) if ln.startswith("╭─ plan: ok"))
+    bottom = next(i for i, ln in enumerate(lines) if i > top and ln.startswith("╰"))
+    body = lines[top + 1:bottom]
+    assert len(lines[top]) > 80 and all(len(ln) == len(lines[top]) for ln in body)  # one box, wider than 80 columns
+    assert len(body) == 2 and "one pass over HBM" in body[1]  # the plan's name and its one line of text, unwrapped

@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     from mk.programs.session import Session
 
     want_json = getattr(args, "json", False)
-    console = Console(highlight=False, file=sys.stderr if want_json else sys.stdout)  # --json: stdout holds only the JSON
+    stream = sys.stderr if want_json else sys.stdout  # --json: stdout holds only the JSON
+    piped = not (getattr(stream, "isatty", None) and stream.isatty())
+    console = Console(highlight=False, file=stream, soft_wrap=piped)  # piped: lines whole, panels at their full width
     if not args.task and not args.resume:
         raise ConfigError("name a task, or a run to resume", hint="mk hitl examples/rmsnorm.py  or  mk hitl --resume RUN_ID")
     from mk.run.output import prepare_output_dir
@@ -83,10 +85,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _loop(console: Any, session: Any, args: argparse.Namespace) -> int:
+    from mk.commands._console import print_whole
     from mk.programs.session import render, render_session
 
     while not session.done:
-        console.print(render(session.step()))
+        print_whole(console, render(session.step()))
         while not session.done:
             choice = _ask(console, session)
             if choice == "approve":
@@ -100,7 +103,7 @@ def _loop(console: Any, session: Any, args: argparse.Namespace) -> int:
                 break
             if choice == "edit":
                 _edit(console, session)
-    console.print(render_session(session))
+    print_whole(console, render_session(session))
     return _finish(console, session, args)
 
 
@@ -122,6 +125,7 @@ def _ask(console: Any, session: Any) -> str:
 
 
 def _edit(console: Any, session: Any) -> None:
+    from mk.commands._console import print_whole
     from mk.errors import MkError
     from mk.programs.session import render
 
@@ -135,7 +139,7 @@ def _edit(console: Any, session: Any) -> None:
             start = "# " + "\n# ".join(a.plan.text.splitlines()) + "\n\ndef kernel(*args):\n    ...\n"
             text = _read_replacement(console, start, ".py", "code")
             if text.strip():
-                console.print(render(session.edit_code(text)))
+                print_whole(console, render(session.edit_code(text)))
         elif a.proposal is None:  # the plan is what the last phase produced
             text = _read_replacement(console, a.plan.text, ".md", "plan")
             if text.strip():
@@ -144,7 +148,7 @@ def _edit(console: Any, session: Any) -> None:
         else:
             text = _read_replacement(console, a.proposal.source, ".py", "code")
             if text.strip():
-                console.print(render(session.edit_code(text)))
+                print_whole(console, render(session.edit_code(text)))
     except MkError as err:
         console.print(f"[red]cannot edit:[/] {err}")
 

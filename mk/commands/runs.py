@@ -129,12 +129,15 @@ def show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, default=str))
         return 0
-    con = console()
     from rich.markup import escape
 
+    from mk.commands._console import is_terminal
+
+    con = console()
+    whole = not is_terminal(con)  # piped or redirected: reasons whole, lines never wrapped (a reader or grep gets them all)
     con.print(f"[bold]run {run['id']}[/] ({run['mode']}, task {info['task'] or '?'}): {run['status']}")
     if run.get("reason"):
-        con.print(f"  {escape(run['reason'])}")
+        con.print(f"  {escape(run['reason'])}", soft_wrap=whole)
     cfg = info["config"]
     budget = ", ".join(f"{k.replace('max_', '')} {v}" for k, v in (cfg.get("budget") or {}).items() if v is not None) or "none"
     con.print(f"config: target {cfg.get('target')} · scales {', '.join(cfg.get('scales') or []) or '?'} · author "
@@ -148,16 +151,16 @@ def show(args: argparse.Namespace) -> int:
     if best:
         con.print(f"[bold]best node[/] {best['key']} ({best['id'][:12]}): {best['status']}, speedup {_fmt(best['speedup'])}")
         if best.get("plan_text"):
-            con.print("  plan: " + best["plan_text"], markup=False)
+            con.print("  plan: " + best["plan_text"], markup=False, soft_wrap=whole)
         if best.get("config"):
             con.print(f"  tuned config: {json.dumps(best['config'])}", markup=False)
         con.print(f"  kernel: {info['kernel_path']}" if info.get("kernel_path") else
                   f"  kernel: not written to a file (mk show {run['id'][:12]} --code prints it)", markup=False)
         con.print("lineage: " + " -> ".join(f"{n['key']} [{n['plan']}: {n['status']} {_fmt(n['speedup'])}]" for n in info["lineage"]),
-                  markup=False)
+                  markup=False, soft_wrap=whole)
     for n in info["nodes"]:
         con.print(f"  {'  ' * max(n['depth'] - 1, 0)}{n['key']:<10} {n['plan']:<18} {n['status']:<14} {_fmt(n['speedup']):>8}  "
-                  f"{n['reason'][:160]}", markup=False)
+                  f"{n['reason'] if whole else n['reason'][:160]}", markup=False, soft_wrap=whole)
     if args.code and best:
         con.print(best["code"], markup=False)
     return 0
