@@ -4,7 +4,12 @@ Applies when every output row depends only on the same row of the inputs
 (norms, softmax, logsumexp, activations, long elementwise chains): the
 reference's own computation, emitted block-local by :mod:`mk.author.emit`,
 runs inside one ``pallas_call`` over blocks of ``block_rows`` rows, with
-parameters (weights, biases) resident for every block.
+parameters (weights, biases) resident for every block. The ``pallas_call``
+skeleton, which takes the body as a callable, is :mod:`mk.kernels.rowwise`
+(copied into the written file); this module generates only ``_body`` and
+``kernel``. For a recognised softmax/RMSNorm/LayerNorm it adds the two-pass
+variant (:mod:`mk.kernels.norm`'s ``two_pass_tpu`` / ``two_pass_gpu``) and the
+norm backward (``norm_bwd_tpu`` / ``norm_bwd_gpu``).
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, family_section
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
+from mk.kernels.rowwise.config import BUDGET, Shapes as RowShapes, space as rows_space
 from mk.task import Task, np_dtype
 from mk.targets import kernel_language
 
 log = logging.getLogger(__name__)
 
 #: on-chip budget for the double-buffered blocks of one grid step (bytes)
-_BUDGET = {"tpu": 16 * 2**20, "gpu": 96 * 2**10 * 4, "cpu": 64 * 2**20}
+_BUDGET = BUDGET
 
 
 @dataclass(frozen=True)
@@ -119,12 +125,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal | list[Pr
 
 def _block_rows_space(target: str, layout: RowLayout, row_bytes: int, sublanes: int) -> list[int]:
     """Row-block sizes to tune over: those that fit the on-chip budget at the authoring size (the kernel fits each
-    one to the rows it is called with, and to the budget, at trace time)."""
-    nrows = math.prod(layout.rows)
-    budget = _BUDGET[target]
-    options = [b for b in (8, 16, 32, 64, 128, 256, 512, 1024, 2048) if b >= sublanes or kernel_language(target) == "triton"]
-    fits = [b for b in options if 2 * b * row_bytes <= budget and b <= max(nrows, options[0])]
-    return (fits or options[:1])[-4:]
+    one to the rows it is called with, and to the budget, at trace time); mk/kernels/rowwise/config.py."""
+    return rows_space(target, RowShapes(math.prod(layout.rows), row_bytes, sublanes))
 
 
 _HEADER = {
@@ -133,53 +135,32 @@ _HEADER = {
     "cpu": "",
 }
 
-_TPU_BLOCK = '''def _row_block(nrows, want, row_bytes):
-    """Rows per block: the largest multiple of SUBLANES dividing nrows, at most want and within the on-chip budget;
-    all the rows (one block, always a legal block shape) when no such multiple exists."""
-    want = max(SUBLANES, min(want, BUDGET // max(1, 2 * row_bytes)))
-    for b in range(min(want, nrows) // SUBLANES * SUBLANES, 0, -SUBLANES):
-        if nrows % b == 0:
-            return b
-    return nrows
-'''
-
-_GPU_BLOCK = '''def _row_block(nrows, want, row_bytes):
-    """Rows per block: the largest power of two (Triton's rule) dividing nrows, at most want and within budget."""
-    want = max(1, min(want, BUDGET // max(1, 2 * row_bytes)))
-    b = 1 << (want.bit_length() - 1)
-    while nrows % b:
-        b //= 2
-    return b
-
-
-def _pow2(n):
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def _pad(x, first):
-    """x zero-padded, along its axes from first on, to powers of two (the padding is masked in every reduction)."""
-    widths = [(0, 0)] * first + [(0, _pow2(n) - n) for n in x.shape[first:]]
-    return jnp.pad(x, widths) if any(w for _, w in widths) else x
-'''
-
 
 def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, target: str, space: list[int],
             sublanes: int) -> str:
+    """The whole-rows written file: the generated block-local ``_body``, mk/kernels/rowwise/<target>.py (the
+    pallas_call skeleton taking the body as a callable) copied in, and ``kernel``."""
+    from mk.kernels.rowwise import gpu as rw_gpu
+    from mk.kernels.rowwise import tpu as rw_tpu
+
     nout = len(body.outputs)
     pad = kernel_language(target) == "triton"
     kwargs = ", ".join(v.name for v in used)
     bind = ", ".join(f"{v.name}={v.source}" for v in used)
-    row_of = {n: r for n, r in zip(names, layout.row_inputs)}
-    first_row = next(n for n in names if row_of[n])
-    helpers = _GPU_BLOCK if pad else _TPU_BLOCK
+    if pad:
+        call = ("rowwise_gpu(body, [{ins}], row_inputs=ROW_INPUTS, lead=LEAD, block_rows=block_rows, budget=BUDGET)")
+    else:
+        call = ("rowwise_tpu(body, [{ins}], row_inputs=ROW_INPUTS, lead=LEAD, block_rows=block_rows, "
+                "sublanes=SUBLANES, budget=BUDGET)")
     lines = [
         f'"""mk offline author: row-wise Pallas kernel for {task.name} (target {target}).',
         "",
         *textwrap.wrap("Whole rows per block; the reference's computation runs block-local inside one pallas_call. "
                        "Sizes and static values are read from the arguments at trace time; the row block is fitted "
                        "to the rows it is given." + (" Trailing axes are zero-padded to powers of two (Triton) and "
-                                                     "the padding is masked out of every reduction." if pad else ""),
-                       110),
+                                                     "the padding is masked out of every reduction." if pad else "")
+                       + f" The pallas_call skeleton is mk/kernels/rowwise/{'gpu' if pad else 'tpu'}.py, copied in "
+                       "below; _body is this task's own computation.", 110),
         '"""',
         "import functools",
         "import math",
@@ -207,69 +188,12 @@ def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, t
         "",
         "",
         *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
-        *helpers.splitlines(),
-        "",
-        "",
-        "def _kernel(*refs, body, squeeze, scalar):",
-        f"    ins, outs = refs[:{len(names)}], refs[{len(names)}:]",
-        "    vals = []",
-        "    for ref, row in zip(ins, ROW_INPUTS):",
-        "        v = ref[...]",
-        "        if row and squeeze[len(vals)]:",
-        "            v = v[:, 0]",
-        "        if not row and scalar[len(vals)]:",
-        "            v = v.reshape(())",
-        "        vals.append(v)",
-        "    results = body(*vals)",
-        "    for ref, val in zip(outs, results):",
-        "        val = val.reshape(val.shape + (1,)) if val.ndim == 1 and ref.ndim == 2 else val",
-        "        ref[...] = jnp.broadcast_to(val, ref.shape).astype(ref.dtype)",
-        "",
-        "",
-        "def _block_structs(flat, squeeze, scalar):",
-        "    \"\"\"What the body sees of each input in one block: a row value has one (collapsed) row.\"\"\"",
-        "    blocks = [jax.ShapeDtypeStruct((1,) + f.shape[1:] if r else f.shape, f.dtype) for f, r in zip(flat, ROW_INPUTS)]",
-        "    return [jax.ShapeDtypeStruct((), b.dtype) if s else (jax.ShapeDtypeStruct(b.shape[:1], b.dtype) if q else b)",
-        "            for b, s, q in zip(blocks, scalar, squeeze)]",
+        *family_section("rowwise", "gpu" if pad else "tpu", rw_gpu if pad else rw_tpu),
         "",
         "",
         f"def kernel({signature(task, f'block_rows={space[-1]}')}):",
         *([f"    body = functools.partial(_body, {bind})"] if bind else ["    body = _body"]),
-        f"    ins = [{', '.join(names)}]",
-        f"    rows = {first_row}.shape[:LEAD]",
-        "    nrows = math.prod(rows)",
-        "    flat, squeeze, scalar = [], [], []",
-        "    for arr, row in zip(ins, ROW_INPUTS):",
-        "        if row:",
-        "            flat.append(arr.reshape((nrows,) + (arr.shape[LEAD:] or (1,))))",
-        "            squeeze.append(not arr.shape[LEAD:])",
-        "            scalar.append(False)",
-        "        else:",
-        "            flat.append(arr.reshape((1, 1)) if arr.ndim == 0 else arr)",
-        "            squeeze.append(False)",
-        "            scalar.append(arr.ndim == 0)",
-        "    out_real = jax.eval_shape(body, *_block_structs(flat, squeeze, scalar))",
-        *(["    flat = [_pad(f, 1 if r else 0) for f, r in zip(flat, ROW_INPUTS)]"] if pad else []),
-        "    out_blocks = jax.eval_shape(body, *_block_structs(flat, squeeze, scalar))",
-        "    out_shapes = [jax.ShapeDtypeStruct((nrows,) + (o.shape[1:] or (1,)), o.dtype) for o in out_blocks]",
-        "    row_bytes = sum(math.prod(f.shape[1:]) * f.dtype.itemsize for f, r in zip(flat, ROW_INPUTS) if r)",
-        "    row_bytes += sum(math.prod(s.shape[1:]) * s.dtype.itemsize for s in out_shapes)",
-        "    block_rows = _row_block(nrows, block_rows, row_bytes)",
-        "    specs = [pl.BlockSpec((block_rows,) + f.shape[1:] if r else f.shape,",
-        "                          (lambda i, k=f.ndim - 1: (i,) + (0,) * k) if r else (lambda i, k=f.ndim: (0,) * k))",
-        "             for f, r in zip(flat, ROW_INPUTS)]",
-        "    out_specs = [pl.BlockSpec((block_rows,) + s.shape[1:], lambda i, k=len(s.shape) - 1: (i,) + (0,) * k) for s in out_shapes]",
-        "    results = pl.pallas_call(",
-        "        functools.partial(_kernel, body=body, squeeze=tuple(squeeze), scalar=tuple(scalar)),",
-        "        grid=(nrows // block_rows,),",
-        "        in_specs=specs,",
-        "        out_specs=out_specs,",
-        "        out_shape=out_shapes,",
-        *(["        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1),"] if pad else []),
-        "    )(*flat)",
-        *(["    results = [r[(slice(None),) + tuple(slice(0, n) for n in (o.shape[1:] or (1,)))] for r, o in zip(results, out_real)]"]
-          if pad else []),
-        "    final = [r.reshape(rows + o.shape[1:]) for r, o in zip(results, out_real)]",
+        f"    final = {call.format(ins=', '.join(names))}",
         "    return final[0]" if nout == 1 else "    return tuple(final)",
         "",
     ]
