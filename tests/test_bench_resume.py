@@ -87,11 +87,22 @@ def test_ctrl_c_then_resume_keeps_the_finished_tasks(tmp_path):
 def test_sigkill_then_resume_runs_only_what_was_left(tmp_path):
     rc, err, db, out, first = _start_and_stop(tmp_path, signal.SIGKILL)
     assert rc == -signal.SIGKILL
-    with Store.open(db) as store:
-        (bench,) = store.query("SELECT id, status FROM bench_runs")
+    # nothing printed the bench id before the kill: `mk bench --list` gives it, with its state and the resume command
+    listed = subprocess.run(_bench(["--list", "--db", str(db), "--json"]), capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    (bench,) = json.loads(listed.stdout)
     assert bench["status"] == "running"  # nothing could mark it
+    assert bench["rows"] >= len(first) and bench["resume"] == f"mk bench --resume {bench['id']} --db {db}"
+    text = subprocess.run(_bench(["--list", "--db", str(db)]), capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "300"})
+    assert bench["id"] in text.stdout and "running" in text.stdout
     summary = _resume(db, bench["id"])
     assert {t["task"] for t in summary["tasks"]} == {"rms", "tanh2", "rms_b"} and all(t["correct"] for t in summary["tasks"])
+    kept = [t for t in summary["tasks"] if t["task"] in first]
+    assert kept and all(t["best"] for t in kept), kept  # a row kept from before the kill keeps its best kernel's name
+    report = (out / "report.md").read_text()
+    for t in summary["tasks"]:
+        assert f"| {t['task']} | best-of-n | correct |" in report and report.split(f"| {t['task']} | best-of-n |")[1].split("\n")[0].rstrip(" |").endswith(t["best"])
     with Store.open(db) as store:  # the killed task run is closed by the resume, not left running
         assert not store.query("SELECT id FROM runs WHERE status = 'running'")
     runs = _runs_per_task(db)

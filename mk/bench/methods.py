@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from mk.bench.results import Step, TaskRow
+from mk.bench.results import Step, TaskRow, best_step
 from mk.errors import MkError
 from mk.run.stop import budget_stop_reason, is_budget_stop
 from mk.task import Task
@@ -122,20 +122,16 @@ def _summarise(row: TaskRow, steps: list[Step], results: list[Any]) -> TaskRow:
     row.progress = steps
     row.candidates = len(steps)
     row.compiled = any(s.compiled for s in steps)
-    correct = [(s, r) for s, r in zip(steps, results) if s.status == "correct"]
-    row.correct = bool(correct)
-    if correct:
-        from mk.run.best import best_of
-
-        best, res = best_of(correct, status=lambda sr: sr[0].status, speedup=lambda sr: sr[0].speedup)
+    best = best_step(steps)
+    row.correct = best is not None and best.status == "correct"
+    if row.correct:
         row.status, row.reason, row.speedup, row.best = "correct", best.reason, best.speedup, best.name
         if best.speedup is None:
+            res = next(r for s, r in zip(steps, results) if s is best)
             timing = getattr(res, "timing", None) if res is not None else None
             row.timing_note = timing.reason if timing is not None and timing.reason else "speed not measured"
-    elif steps:
-        order = {"incorrect": 0, "timeout": 1, "crashed": 2, "compile_error": 3, "rejected": 4}
-        worst = min(steps, key=lambda s: (not s.compiled, order.get(s.status, 9)))
-        row.status, row.reason, row.best = worst.status, worst.reason, worst.name
+    elif best is not None:
+        row.status, row.reason, row.best = best.status, best.reason, best.name
     return row
 
 

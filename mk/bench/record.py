@@ -45,7 +45,7 @@ def load_bench(store: Store, bench_id: str) -> tuple[dict[str, Any], list[TaskRo
     """The stored benchmark ``bench_id`` (its ``bench_runs`` row, JSON decoded) and the rows it finished."""
     import json
 
-    from mk.bench.results import Step
+    from mk.bench.results import Step, best_step
     from mk.errors import StoreError
 
     rows = store.query("SELECT * FROM bench_runs WHERE id = ? OR id LIKE ?", [bench_id, bench_id + "%"]) if bench_id else []
@@ -59,11 +59,31 @@ def load_bench(store: Store, bench_id: str) -> tuple[dict[str, Any], list[TaskRo
     done = []
     for r in store.query("SELECT * FROM bench_results WHERE bench_id = ? ORDER BY created_at", [bench["id"]]):
         progress = r["progress"] if not isinstance(r["progress"], str) else json.loads(r["progress"])
+        steps = [Step(**s) for s in progress or []]
+        best = best_step(steps)  # the row's best was picked from these very steps: the same rule gives it back
         done.append(TaskRow(r["method"], r["task"], r["status"], r["reason"] or "", bool(r["compiled"]), bool(r["correct"]),
                             r["speedup"], candidates=int(r["candidates"] or 0), run_id=r["run_id"],
                             fingerprint=r["task_fingerprint"], seconds=float(r["seconds"] or 0.0),
-                            progress=[Step(**s) for s in progress or []]))
+                            best=best.name if best is not None else "", progress=steps))
     return bench, done
+
+
+def list_benches(store: Store, limit: int = 30) -> list[dict[str, Any]]:
+    """The stored benchmarks, newest first: id, suite, target, methods, status (``running`` for one in progress or one
+    whose process was killed), started/finished, and how many (method, task) rows each recorded."""
+    import json
+
+    rows = store.query(
+        """SELECT b.id, b.suite, b.target, b.scale, b.methods, b.author, b.status, b.started_at, b.finished_at,
+                  (SELECT count(*) FROM bench_results r WHERE r.bench_id = b.id) AS rows
+           FROM bench_runs b ORDER BY b.started_at DESC LIMIT ?""", [int(limit)])
+    out = []
+    for r in rows:
+        r = dict(r)
+        if isinstance(r.get("methods"), str):
+            r["methods"] = json.loads(r["methods"])
+        out.append(r)
+    return out
 
 
 def reopen_bench(store: Store, bench_id: str) -> None:

@@ -24,6 +24,18 @@ class Step:
     reason: str = ""
 
 
+def best_step(steps: list[Step]) -> Step | None:
+    """The step a row is summarised by: the best correct one (:func:`mk.run.best.best_of`: fastest measured), else the
+    failure that got furthest (compiled first, then incorrect < timeout < crashed < compile_error < rejected)."""
+    correct = [s for s in steps if s.status == "correct"]
+    if correct:
+        from mk.run.best import best_of
+
+        return best_of(correct, status=lambda s: s.status, speedup=lambda s: s.speedup)
+    order = {"incorrect": 0, "timeout": 1, "crashed": 2, "compile_error": 3, "rejected": 4}
+    return min(steps, key=lambda s: (not s.compiled, order.get(s.status, 9))) if steps else None
+
+
 @dataclass
 class TaskRow:
     """What one method achieved on one task. ``status`` is the best verdict (``correct``, ``incorrect``,

@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="BENCH_ID", default=None,
                    help="continue an interrupted (or killed) benchmark from the store: its suite, methods, tasks and "
                         "settings are its own; finished (task, method) pairs are kept, the rest run; budget flags apply anew")
+    p.add_argument("--list", action="store_true",
+                   help="list the benchmarks in the store (ids, state, rows recorded), newest first; a killed one is 'running'")
     p.add_argument("--scale", default="ci", help="run every task at this scale (default: ci); 'all' keeps every scale a task defines")
     p.add_argument("--mode", default="auto",
                    help="auto | search | best-of-n, or several separated by commas to compare them on the same tasks")
@@ -50,6 +52,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _list(args: argparse.Namespace) -> int:
+    """``mk bench --list``: every benchmark's id and state, with the command that continues an unfinished one."""
+    from rich.table import Table
+
+    from mk.bench.record import list_benches
+    from mk.commands._console import console
+    from mk.commands.runs import read_store
+    from mk.run.service import db_flag
+
+    with read_store(args.db) as store:
+        rows = list_benches(store)
+        where = db_flag(store.path)
+    for r in rows:
+        r["resume"] = None if r["status"] == "finished" else f"mk bench --resume {r['id']}{where}"
+    if args.json:
+        print(json.dumps(rows, default=str))
+        return 0
+    table = Table("bench id", "suite", "target", "methods", "status", "rows", "started", "continue with")
+    for r in rows:
+        table.add_row(r["id"], str(r["suite"]), r["target"], ",".join(r.get("methods") or []), r["status"], str(r["rows"]),
+                      str(r["started_at"])[:19], r["resume"] or "")
+    console().print(table if rows else "no benchmarks in the store yet")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from mk.commands._console import console as make_console
 
@@ -57,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     from mk.commands.optimize import budget_from
 
     console = make_console(stderr=True)
+    if args.list:
+        return _list(args)
     if not args.suite and not args.resume:
         from mk.errors import ConfigError
 
