@@ -3,10 +3,12 @@
 Applies when the reference is one 2-D ``dot_general`` (``x @ w`` or
 ``x @ w.T``, casts allowed on the operands) followed by block-local work on
 its output: bias, scale, residual, clamp, activations ... taken from the
-jaxpr after the dot and emitted by :mod:`mk.author.emit`. TPU: a K-loop over
-the grid's last axis with an f32 VMEM accumulator; GPU (Triton): a K-loop
-inside the kernel. An epilogue that reduces along N keeps whole rows
-(``block_n = N``).
+jaxpr after the dot and emitted by :mod:`mk.author.emit`. The kernels are
+:mod:`mk.kernels.matmul` (TPU: a K-loop over the grid's last axis with an f32
+VMEM accumulator; GPU (Triton): a K-loop inside the kernel; an epilogue that
+reduces along N keeps whole rows, ``block_n = N``), copied verbatim into the
+written file: this recogniser generates only ``_epilogue`` and the ``kernel``
+that passes it, with each parameter's tiling kind, to the family's kernel.
 """
 
 from __future__ import annotations
@@ -14,11 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import textwrap
-
 import numpy as np
 
-from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr
+from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
@@ -26,8 +26,11 @@ from mk.author.proposal import Proposal
 from mk.author import matmul_splitk
 from mk.author.split import split_epilogue, whole_epilogue
 from mk.author.trace import Traced
+from mk.kernels.matmul import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
 from mk.targets import kernel_language
+
+CHIPS = {"tpu": "v6e", "gpu": "h200"}
 
 
 @dataclass(frozen=True)
@@ -240,269 +243,94 @@ def _size(probes: Any, values: list[int]) -> str:
         raise Unsupported(str(exc)) from exc
 
 
-#: block options: TPU multiples of its (8, 128) tile; GPU powers of two (Triton), >= 16 (its smallest dot)
-_TPU_OPTS = (128, 256, 512)
-_GPU_OPTS = (32, 64, 128)
-
-
 def _space(target: str, M: int, N: int, K: int, full_n: bool, sublanes: int) -> dict[str, list[int]]:
-    """Block sizes to tune over. Each is a request: the kernel fits it to the sizes it is called with (the largest
-    legal block dividing the size, at most the request), so every point is valid at every size."""
-    if kernel_language(target) == "mosaic":
-        bm = [b for b in (8, 16, 32, 64, 128, 256) if b >= sublanes]
-        bm = [b for b in bm if b <= max(M, bm[0])][-3:]
-        bn = [b for b in _TPU_OPTS if b <= max(N, 128)][-3:]
-        bk = [b for b in _TPU_OPTS if b <= max(K, 128)][-3:]
-    else:
-        bm = [b for b in (16, 32, 64, 128) if b <= max(M, 16)][-3:]
-        bn = [b for b in _GPU_OPTS if b <= max(N, 32)][-3:]
-        bk = [b for b in (16, 32, 64) if b <= max(K, 16)][-2:]
-    space = {"block_m": bm, "block_k": bk}
-    if not full_n:
-        space["block_n"] = bn
-    return space
+    """Block sizes to tune over (:func:`mk.kernels.matmul.config.space`). Each is a request: the kernel fits it to
+    the sizes it is called with, so every point is valid at every size."""
+    return space(target, _shapes(M, N, K, full_n, sublanes))
 
 
-_TPU_HELPERS = '''def _block(n, want, quantum):
-    """The largest multiple of quantum that divides n and is at most want; n itself (one block spanning the axis,
-    always a legal block shape) when there is none."""
-    for b in range(min(want, n) // quantum * quantum, 0, -quantum):
-        if n % b == 0:
-            return b
-    return n
-'''
-
-_GPU_HELPERS = '''def _block(n, want):
-    """(block, padded n): the largest power of two (Triton's rule) >= 16 and at most want that divides n; when
-    none does, a power of two block with n zero-padded to a multiple of it."""
-    b = 1 << (want.bit_length() - 1)
-    while b >= 16:
-        if n % b == 0:
-            return b, n
-        b //= 2
-    b = max(16, min(1 << (want.bit_length() - 1), 1 << (n - 1).bit_length()))
-    return b, -(-n // b) * b
+def _shapes(M: int, N: int, K: int, full_n: bool, sublanes: int) -> Shapes:
+    return Shapes(M, N, K, itemsize=max(1, 32 // sublanes), full_n=full_n)
 
 
-def _pad_to(x, shape):
-    widths = [(0, t - s) for s, t in zip(x.shape, shape)]
-    return jnp.pad(x, widths) if any(w for _, w in widths) else x
-'''
-
-_GPU_SPLIT_HELPERS = '''def _pow2(n):
-    return 1 << max(0, (n - 1).bit_length())
+def _config(target: str, space_: dict[str, list[int]], M: int, N: int, K: int, full_n: bool, sublanes: int,
+            splitk: bool = False) -> str:
+    """The kernel's keyword defaults: the chip's default tiling (data/hardware.json) over the space's fields."""
+    cfg = default(CHIPS[target], _shapes(M, N, K, full_n, sublanes), splitk)
+    return ", ".join(f"{k}={getattr(cfg, k)!r}" for k in sorted(space_, key=_SIGNATURE_ORDER.index))
 
 
-def _pad_groups(x, axis, split):
-    """x with its axis (split[0] groups of split[1]) padded group by group: each group to a power of two, then the
-    number of groups, so the epilogue's reshape into groups splits the padded block the same way."""
-    groups, size = split
-    shape = x.shape[:axis] + (groups, size) + x.shape[axis + 1:]
-    widths = [(0, 0)] * axis + [(0, _pow2(groups) - groups), (0, _pow2(size) - size)] + [(0, 0)] * (x.ndim - axis - 1)
-    padded = jnp.pad(x.reshape(shape), widths)
-    return padded.reshape(x.shape[:axis] + (_pow2(groups) * _pow2(size),) + x.shape[axis + 1:])
-'''
+_SIGNATURE_ORDER = ("block_m", "block_n", "block_k", "k_splits")
+
+
+def _precision(dot: Any) -> str:
+    prec = dot.params.get("precision")
+    if prec is not None and any(p is not None for p in (prec if isinstance(prec, tuple) else (prec,))):
+        first = prec[0] if isinstance(prec, tuple) else prec
+        return f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
+    return "None"
+
+
+def _operand_args(lhs: Operand, rhs: Operand, w_t: bool, dot: Any) -> str:
+    """The keyword arguments describing the product to the family's kernels."""
+    def casts(op: Operand) -> str:
+        return "(" + "".join(f"jnp.{c}, " for c in op.casts).rstrip(" ") + ")"
+
+    return (f"transpose_w={w_t}, x_casts={casts(lhs)}, w_casts={casts(rhs)}, "
+            f"product_dtype={dtype_expr(dot.outvars[0].aval.dtype)}, precision={_precision(dot)}")
 
 
 def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Operand, rhs: Operand, w_t: bool,
             params: list[int], kinds: list[str], dot: Any, space: dict[str, list[int]], full_n: bool,
             sublanes: int, jaxpr_out_shape: tuple[int, ...], split: tuple[str, str] | None = None,
             split_out: str = "", out_dtype: str = "") -> str:
+    """The written fused kernel: mk/kernels/matmul/{tpu,gpu}.py copied in, the generated ``_epilogue`` and
+    ``kernel``, which calls the family's kernel with the epilogue and the parameters' tiling kinds."""
     gpu = kernel_language(target) == "triton"
-    acc_dtype = dtype_expr(dot.outvars[0].aval.dtype)
-    prec = dot.params.get("precision")
-    prec_expr = "None"
-    if prec is not None and any(p is not None for p in (prec if isinstance(prec, tuple) else (prec,))):
-        first = prec[0] if isinstance(prec, tuple) else prec
-        prec_expr = f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
-    lcast = "".join(f".astype(jnp.{c})" for c in lhs.casts)
-    rcast = "".join(f".astype(jnp.{c})" for c in rhs.casts)
-    dims = f"(((1,), ({1 if w_t else 0},)), ((), ()))"
+    module = gpu_kernel if gpu else tpu_kernel
+    fn = "matmul_gpu" if gpu else "matmul_tpu"
     pnames = [names[i] for i in params]
     kwargs = ", ".join(v.name for v in used)
     bind = ", ".join(f"{v.name}={v.source}" for v in used)
-    loads = []
-    for j, (i, kind) in enumerate(zip(params, kinds)):
-        nd = len(task.args[i].shape)
-        if kind == "scalar":  # a number (from SMEM on TPU); the epilogue treats it as one
-            loads.append(f"p_refs[{j}][0, 0]")
-        elif kind == "col":
-            loads.append(f"p_refs[{j}][...]" + (".reshape(p_refs[{j}].shape[-1:])".format(j=j) if nd == 1 else ""))
-        elif kind == "row":
-            loads.append(f"p_refs[{j}][...]" + ("[:, 0]" if nd == 1 else ""))
-        else:
-            loads.append(f"p_refs[{j}][...]")
-    block_n_default = space["block_n"][-1] if "block_n" in space else None
-    config = f"block_m={space['block_m'][-1]}" + (f", block_n={block_n_default}" if block_n_default else "") + \
-        f", block_k={space['block_k'][-1]}"
+    M, N = dot.outvars[0].aval.shape
+    config = _config(target, space, M, N, dot.invars[0].aval.shape[1], full_n, sublanes)
+    cfg_call = ", ".join(f"{k}={k}" for k in sorted(space, key=_SIGNATURE_ORDER.index))
     text = (f"out = epilogue({names[lhs.index]} @ {names[rhs.index]}{'.T' if w_t else ''}"
             + "".join(f", {n}" for n in pnames) + "): the product is accumulated in f32 block by block and the "
             "epilogue runs on each finished block" + (" of whole rows (it reduces or reshapes along N)" if full_n else "")
-            + ". Sizes and static values are read from the arguments at trace time; block sizes are requests, fitted "
-            "to the sizes the kernel is called with"
+            + f". The kernel is mk/kernels/matmul/{target}.py, copied below unchanged; only _epilogue is generated "
+            "from the reference. Sizes and static values are read from the arguments at trace time; block sizes "
+            "are requests, fitted to the sizes the kernel is called with"
             + (" (powers of two for Triton; a size no power of two >= 16 divides is zero-padded, and the padding is "
                "masked out of every reduction)." if gpu else " (multiples of the TPU tile, or the whole axis)."))
-    doc = [f'"""mk offline author: tiled matmul with fused epilogue for {task.name} (target {target}).', "",
-           *textwrap.wrap(text, 110), '"""']
-    header = doc + [
-        "import functools",
+    extra = helpers(body.primitives, has_pow2=gpu)
+    kinds_expr = "(" + "".join(f"{k!r}, " for k in kinds).rstrip(" ") + ")"
+    call_args = ", ".join([names[lhs.index], names[rhs.index], *pnames])
+    lines = [
+        *file_head(f"mk offline author: tiled matmul with fused epilogue for {task.name} (target {target}).", text,
+                   gpu=gpu, space=space),
         "",
-        "import jax",
-        "import jax.numpy as jnp",
-        "from jax import lax",
-        "from jax.experimental import pallas as pl",
-        "from jax.experimental.pallas import triton as pltriton" if gpu else "from jax.experimental.pallas import tpu as pltpu",
-        "",
-        f"CONFIG_SPACE = {space!r}",
-        *(["#: rows per sublane tile of the narrowest row dtype (8 for 32-bit, 16 for 16-bit)", f"SUBLANES = {sublanes}"]
-          if not gpu else []),
+        *family_section("matmul", target, module),
         "",
         "",
+        *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
+        *extra,
         f"def _epilogue(acc{''.join(', ' + n for n in pnames)}{', *, ' + kwargs if kwargs else ''}):",
+        '    """The reference after its matrix product, on one finished block of the product."""',
         *[f"    {l}" for l in body.lines],
         f"    return {body.outputs[0]}",
         "",
         "",
-        *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
-        *(_GPU_HELPERS if gpu else _TPU_HELPERS).splitlines(),
-        *(["", "", *_GPU_SPLIT_HELPERS.splitlines()] if split else []),
-        *(["", "", *helpers(body.primitives, has_pow2=bool(split))] if helpers(body.primitives, bool(split)) else []),
-        "",
-        "",
-        "def _finish(acc, p_refs, o_ref, epilogue):",
-        f"    out = epilogue(acc.astype({acc_dtype}){''.join(', ' + l for l in loads)})",
-        "    out = out.reshape(out.shape + (1,)) if out.ndim == 1 else out",
-        "    o_ref[...] = jnp.broadcast_to(out, o_ref.shape).astype(o_ref.dtype)",
-        "",
-        "",
-    ]
-    if not gpu:
-        kern = [
-            "def _kernel(x_ref, w_ref, *refs, nk, epilogue):",
-            "    p_refs, o_ref, acc_ref = refs[:-2], refs[-2], refs[-1]",
-            "",
-            "    @pl.when(pl.program_id(2) == 0)",
-            "    def _zero():",
-            "        acc_ref[...] = jnp.zeros_like(acc_ref)",
-            "",
-            f"    acc_ref[...] += lax.dot_general(x_ref[...]{lcast}, w_ref[...]{rcast}, {dims},",
-            f"                                    precision={prec_expr}, preferred_element_type=jnp.float32)",
-            "",
-            "    @pl.when(pl.program_id(2) == nk - 1)",
-            "    def _store():",
-            "        _finish(acc_ref[...], p_refs, o_ref, epilogue)",
-        ]
-    else:
-        w_slice = ":, pl.ds(k * block_k, block_k)" if w_t else "pl.ds(k * block_k, block_k), :"
-        kern = [
-            "def _kernel(x_ref, w_ref, *refs, nk, block_k, block_n, epilogue):",
-            "    p_refs, o_ref = refs[:-1], refs[-1]",
-            "",
-            "    def step(k, acc):",
-            "        x = x_ref[:, pl.ds(k * block_k, block_k)]",
-            f"        w = w_ref[{w_slice}]",
-            f"        return acc + lax.dot_general(x{lcast}, w{rcast}, {dims},",
-            f"                                     precision={prec_expr}, preferred_element_type=jnp.float32)",
-            "",
-            "    acc = lax.fori_loop(0, nk, step, jnp.zeros((x_ref.shape[0], block_n), jnp.float32))",
-            "    _finish(acc, p_refs, o_ref, epilogue)",
-        ]
-    elementwise = tuple(jaxpr_out_shape) == (dot.outvars[0].aval.shape[0], dot.outvars[0].aval.shape[1])
-    grid = "m, n: " if gpu else "m, n, k: "
-    arrays, specs = [], []
-    for i, kind in zip(params, kinds):
-        p = f"ins[{i}]"
-        if kind == "scalar":
-            arrays.append(f"{p}.reshape((1, 1)),  # {names[i]}: one number")
-            specs.append("pl.BlockSpec((1, 1), lambda m, n: (0, 0))," if gpu else
-                         "pl.BlockSpec((1, 1), lambda m, n, k: (0, 0), memory_space=pltpu.SMEM),")
-        elif kind == "col":
-            arrays.append((f"_pad_groups({p}.reshape((1, N)), 1, split)," if split else
-                           f"_pad_to({p}.reshape((1, N)), (1, n_pad))," if gpu else f"{p}.reshape((1, N)),")
-                          + f"  # {names[i]}: one value per column")
-            specs.append(f"pl.BlockSpec((1, block_n), lambda {grid}(0, n)),")
-        elif kind == "row":
-            arrays.append((f"_pad_to({p}.reshape((M, 1)), (m_pad, 1))," if gpu else f"{p}.reshape((M, 1)),")
-                          + f"  # {names[i]}: one value per row")
-            specs.append(f"pl.BlockSpec((block_m, 1), lambda {grid}(m, 0)),")
-        else:
-            arrays.append((f"_pad_groups(_pad_to({p}, (m_pad, N)), 1, split)," if split else
-                           f"_pad_to({p}, (m_pad, n_pad))," if gpu else f"{p},") + f"  # {names[i]}: one value per output")
-            specs.append(f"pl.BlockSpec((block_m, block_n), lambda {grid}(m, n)),")
-    listing = ["    p_arrays = [", *[f"        {a}" for a in arrays], "    ]", "    p_specs = [",
-               *[f"        {sp}" for sp in specs], "    ]"] if params else ["    p_arrays, p_specs = [], []"]
-    rows = "m_pad" if gpu else "M"
-    if elementwise:
-        out_lines = [f"    out_spec = pl.BlockSpec((block_m, block_n), lambda {grid}(m, n))",
-                     f"    out_shape = ({rows}, {'n_pad' if gpu else 'N'})"]
-    else:
-        out_lines = ["    # the epilogue reduced along N: each block of whole rows writes its out_cols columns",
-                     "    out_cols = out.shape[1] if out.ndim == 2 else 1",
-                     f"    out_spec = pl.BlockSpec((block_m, out_cols), lambda {grid}(m, 0))",
-                     f"    out_shape = ({rows}, out_cols)"]
-    call = [
-        "",
-        "",
         f"def kernel({signature(task, config)}):",
         *([f"    epilogue = functools.partial(_epilogue, {bind})"] if bind else ["    epilogue = _epilogue"]),
-        f"    ins = ({', '.join(names)}{',' if len(names) == 1 else ''})",
         *(["    # the epilogue splits each row into split[0] groups of split[1]: rows are padded group by group, and",
            "    # the epilogue only traces on padded rows, so its output is known from the arguments",
            f"    split = ({split[0]}, {split[1]})",
            f"    out = jax.ShapeDtypeStruct({split_out}, {out_dtype})"] if split else []),
-        f"    x, w = ins[{lhs.index}], ins[{rhs.index}]",
-        "    M, K = x.shape",
-        f"    N = w.shape[{0 if w_t else 1}]",
-        *([] if split else
-          [f"    out = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((M, N), {acc_dtype}),"
-           f" {''.join(f'ins[{i}], ' for i in params)})".replace(", )", ")")]),
+        f"    result = {fn}({call_args}, kinds={kinds_expr}, epilogue=epilogue,",
+        f"        {_operand_args(lhs, rhs, w_t, dot)},",
+        f"        full_n={full_n},{' split=split, out=out,' if split else ''} {cfg_call})",
+        "    return result",
+        "",
     ]
-    if not gpu:
-        call += [
-            "    block_m = _block(M, block_m, SUBLANES)",
-            "    block_n = " + ("N  # whole rows" if full_n else "_block(N, block_n, 128)"),
-            "    block_k = _block(K, block_k, 128)",
-            *listing,
-            *out_lines,
-            "    w_spec = " + ("pl.BlockSpec((block_n, block_k), lambda m, n, k: (n, k))" if w_t
-                           else "pl.BlockSpec((block_k, block_n), lambda m, n, k: (k, n))"),
-            "    result = pl.pallas_call(",
-            "        functools.partial(_kernel, nk=K // block_k, epilogue=epilogue),",
-            "        grid=(M // block_m, N // block_n, K // block_k),",
-            "        in_specs=[pl.BlockSpec((block_m, block_k), lambda m, n, k: (m, k)), w_spec, *p_specs],",
-            "        out_specs=out_spec,",
-            "        out_shape=jax.ShapeDtypeStruct(out_shape, out.dtype),",
-            "        scratch_shapes=[pltpu.VMEM((block_m, block_n), jnp.float32)],",
-            "        compiler_params=pltpu.CompilerParams(dimension_semantics=('parallel', 'parallel', 'arbitrary')),",
-            "    )(x, w, *p_arrays)",
-            "    return result.reshape(out.shape)",
-            "",
-        ]
-    else:
-        call += [
-            "    block_m, m_pad = _block(M, block_m)",
-            "    block_k, k_pad = _block(K, block_k)",
-            *(["    block_n = n_pad = _pow2(split[0]) * _pow2(split[1])  # whole rows, padded group by group",
-               f"    w = _pad_groups(w, {0 if w_t else 1}, split)"] if split else
-              ["    " + ("block_n = n_pad = max(16, 1 << (N - 1).bit_length())  # whole (padded) rows"
-                       if full_n else "block_n, n_pad = _block(N, block_n)")]),
-            "    x = _pad_to(x, (m_pad, k_pad))",
-            "    w = _pad_to(w, " + ("(n_pad, k_pad))" if w_t else "(k_pad, n_pad))"),
-            *listing,
-            *out_lines,
-            "    w_spec = " + ("pl.BlockSpec((block_n, k_pad), lambda m, n: (n, 0))" if w_t
-                           else "pl.BlockSpec((k_pad, block_n), lambda m, n: (0, n))"),
-            "    result = pl.pallas_call(",
-            "        functools.partial(_kernel, nk=k_pad // block_k, block_k=block_k, block_n=block_n, epilogue=epilogue),",
-            "        grid=(m_pad // block_m, n_pad // block_n),",
-            "        in_specs=[pl.BlockSpec((block_m, k_pad), lambda m, n: (m, 0)), w_spec, *p_specs],",
-            "        out_specs=out_spec,",
-            "        out_shape=jax.ShapeDtypeStruct(out_shape, out.dtype),",
-            "        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),",
-            "    )(x, w, *p_arrays)",
-            ("    return result[:M].reshape((M, _pow2(split[0]), _pow2(split[1])))[:, :split[0], :split[1]]"
-             ".reshape(out.shape)" if split and elementwise else
-             "    return result[:M, :" + ("N" if elementwise else "out_cols") + "].reshape(out.shape)"),
-            "",
-        ]
-    return "\n".join(header + kern + call)
+    return "\n".join(lines)

@@ -8,12 +8,13 @@ the same fields). The kernel files import only jax, so the offline author
 generates only the task's epilogue.
 
 Families: :mod:`mk.kernels.conv` (convolution as implicit GEMM with a fused epilogue), :mod:`mk.kernels.gmm`
-(grouped matmul over contiguous row groups, megablox-style), :mod:`mk.kernels.swiglu` (gated MLP with both
+(grouped matmul over contiguous row groups, megablox-style), :mod:`mk.kernels.matmul` (tiled matmul with a
+fused epilogue, and split-K), :mod:`mk.kernels.swiglu` (gated MLP with both
 up-projections and the down-projection fused).
 """
 
 from __future__ import annotations
 
-FAMILIES = ("conv", "gmm", "swiglu")
+FAMILIES = ("conv", "gmm", "matmul", "swiglu")
 
 __all__ = ["FAMILIES"]
