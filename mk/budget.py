@@ -69,6 +69,15 @@ class BudgetMeter:
         self._calls = 0
         self._cost = 0.0
 
+    def start_at(self, started: Any) -> None:
+        """Count wall time from ``started`` (a naive UTC datetime: a run's ``started_at`` as the store records it), so
+        the time spent and the run's own start are one instant; calls and cost spent so far are kept."""
+        from datetime import datetime, timezone
+
+        behind = (datetime.now(timezone.utc).replace(tzinfo=None) - started).total_seconds()
+        with self._lock:
+            self._start = self._clock() - max(0.0, behind)
+
     def usage(self) -> BudgetUsage:
         with self._lock:
             return BudgetUsage(self._calls, self._cost, self._clock() - self._start)

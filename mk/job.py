@@ -81,7 +81,7 @@ def optimize_task(
         config = RunConfig(mode=mode, target=target, **author_fields(author), budget=meter.budget if meter else Budget(),
                            iterations=iterations, tune=tune, max_trials=max_trials, settings=settings, out=str(out_dir.resolve()),
                            explore=explore)
-        run = Run.create(store, task, config)
+        run = Run.create(store, task, config, meter=meter)
         try:
             outcome = drive(run, author, meter=meter, on_event=on_event)
         except KeyboardInterrupt as stop:  # the run is marked; the best kernel so far and a report still go to --out

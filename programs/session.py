@@ -101,7 +101,7 @@ class Session:
                 self.run = Run.create(store, task, RunConfig(
                     mode=MODE, target=target, **author_fields(self.author), iterations=iterations, tune=tune,
                     max_trials=max_trials, max_fixes=max_fixes, budget=meter.budget if meter is not None else Budget(),
-                    out=str(Path(out).expanduser().resolve()) if out else None))
+                    out=str(Path(out).expanduser().resolve()) if out else None), meter=self._auto.budget)
             self.traj: Trajectory = self._auto.start(task, run=self.run)
         self.task = self.traj.task
         if _resume:

@@ -385,3 +385,22 @@ with Store.open({str(db)!r}) as s:
     _time.sleep(0.2)
     with Store.open(db) as store:  # the store itself is the record once it is free
         assert store.get_run(rid)["status"] == "correct"
+
+
+def test_the_wall_time_spent_is_counted_from_the_runs_started_at(tmp_path):
+    """--budget-time: the spend a stop reason gives is the wall clock between the run's recorded started_at and its stop
+    (the meter starts at the run's start, not at the command's start: author, store and imports before it are not the
+    run's time)."""
+    import re
+    from datetime import datetime
+
+    for mode in ("auto", "search", "hitl"):
+        db = str(tmp_path / f"{mode}.duckdb")
+        proc = _mk("optimize", str(EXAMPLE), "--lm", "offline", "--target", "cpu", "--scale", "ci", "--db", db,
+                   "--out", str(tmp_path / mode), "--budget-time", "0.01", "--mode", mode, "--workers", "inline", "--json",
+                   stdin="a\n" * 8, timeout=300)
+        printed = json.loads(proc.stdout.strip().splitlines()[-1])
+        spent = float(re.match(r"budget spent: wall-time budget, (\d+\.\d) s", printed["stop_reason"]).group(1))
+        run = json.loads(_mk("show", printed["run_id"], "--db", db, "--json").stdout)["run"]
+        elapsed = (datetime.fromisoformat(run["finished_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+        assert elapsed - 0.5 <= spent <= elapsed + 0.05, (mode, spent, elapsed)  # shown to 0.1 s

@@ -56,11 +56,15 @@ class Run:
 
     # --- creating ----------------------------------------------------------------------------------
     @classmethod
-    def create(cls, store: Any, task: Any, config: RunConfig) -> "Run":
-        """A new run of ``task`` (status ``running``), its config completed with the task's locator and scales."""
+    def create(cls, store: Any, task: Any, config: RunConfig, *, meter: Any = None) -> "Run":
+        """A new run of ``task`` (status ``running``), its config completed with the task's locator and scales.
+        ``meter`` (the run's :class:`mk.budget.BudgetMeter`) counts wall time from the run's recorded ``started_at``:
+        the time a stop reason says was spent is the time since the run started, whatever came before."""
         config = config.replace(locator=dict(config.locator or task.locator or {}), scales=tuple(config.scales or task.scales))
         store.upsert_task(task.fingerprint(), task.name, task.kind, str(task.source) if task.source else None, task.describe())
         run_id = store.create_run(task.fingerprint(), config.mode, config.to_dict())
+        if meter is not None:
+            meter.start_at(store.get_run(run_id)["started_at"])
         log.info("run %s: %s on %s (%s)", run_id, config.mode, task.name, config.target)
         return cls(store, run_id, config, task)
 
