@@ -14,8 +14,10 @@ Backward, :func:`ce_bwd_gpu`: the same computation as
 :mod:`mk.kernels.cross_entropy.tpu`. ``lse``: one
 program per token block loops (``lax.fori_loop`` over ``pl.ds`` slices of W)
 over vocabulary blocks with a running max and sum of exponentials in
-registers. ``dlogits``: one program per (token block, vocabulary block) tile.
-Then ``dx = dlogits @ W^T`` and ``dW = x^T @ dlogits``. T, H and V are
+registers. ``dx``: one program per token block loops over vocabulary blocks,
+recomputes each dlogits tile and accumulates ``dlogits @ W^T`` in f32; ``dW``:
+one program per vocabulary block loops over token blocks and accumulates
+``x^T @ dlogits``. The dlogits never reach HBM; every product runs in a kernel. T, H and V are
 zero-padded to power-of-two blocks (Triton's rule, at least 16 for its dots);
 padded vocabulary columns are masked, padded tokens carry a zero cotangent,
 padded hidden columns contribute zero.
@@ -149,12 +151,44 @@ def _ce_lse_gpu_kernel(x_ref, w_ref, max_ref, logs_ref, *, v, block_v, nv, logit
     logs_ref[...] = jnp.log(s)
 
 
-def _ce_dlogits_gpu_kernel(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, d_ref, *, v, block_v, logits_dtype):
+def _ce_dlogits_gpu(x, w, col, lab, c, m, logs, v, logits_dtype):
+    logits = _ce_logits(x, w, col, v, logits_dtype)
+    p = jnp.exp((logits - m[:, None]) - logs[:, None])
+    return c[:, None] * (p - (col == lab[:, None]).astype(jnp.float32))
+
+
+def _ce_dx_gpu_kernel(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, dx_ref, *, v, block_v, nv, logits_dtype,
+                      precision):
+    """One program per token block: a loop over vocabulary blocks, dx += dlogits @ W[:, j]^T in f32 registers."""
     x = x_ref[...]
-    col = pl.program_id(1) * block_v + lax.broadcasted_iota(jnp.int32, (x.shape[0], block_v), 1)
-    logits = _ce_logits(x, w_ref[...], col, v, logits_dtype)
-    p = jnp.exp((logits - max_ref[...][:, None]) - logs_ref[...][:, None])
-    d_ref[...] = c_ref[...][:, None] * (p - (col == lab_ref[...][:, None]).astype(jnp.float32))
+    lab, c, m, logs = lab_ref[...], c_ref[...], max_ref[...], logs_ref[...]
+    bt = x.shape[0]
+
+    def step(j, acc):
+        w = w_ref[:, pl.ds(j * block_v, block_v)]
+        col = j * block_v + lax.broadcasted_iota(jnp.int32, (bt, block_v), 1)
+        d = _ce_dlogits_gpu(x, w, col, lab, c, m, logs, v, logits_dtype)
+        return acc + lax.dot_general(d, w.astype(jnp.float32), (((1,), (1,)), ((), ())), precision=precision,
+                                     preferred_element_type=jnp.float32)
+
+    dx_ref[...] = lax.fori_loop(0, nv, step, jnp.zeros(dx_ref.shape, jnp.float32))
+
+
+def _ce_dw_gpu_kernel(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, dw_ref, *, v, block_t, nt, logits_dtype,
+                      precision):
+    """One program per vocabulary block: a loop over token blocks, dW[:, j] += x[i]^T @ dlogits in f32 registers."""
+    w = w_ref[...]
+    bv = w.shape[1]
+    col = pl.program_id(0) * bv + lax.broadcasted_iota(jnp.int32, (block_t, bv), 1)
+
+    def step(i, acc):
+        rows = pl.ds(i * block_t, block_t)
+        x = x_ref[rows, :]
+        d = _ce_dlogits_gpu(x, w, col, lab_ref[rows], c_ref[rows], max_ref[rows], logs_ref[rows], v, logits_dtype)
+        return acc + lax.dot_general(x.astype(jnp.float32), d, (((0,), (0,)), ((), ())), precision=precision,
+                                     preferred_element_type=jnp.float32)
+
+    dw_ref[...] = lax.fori_loop(0, nt, step, jnp.zeros(dw_ref.shape, jnp.float32))
 
 
 def ce_bwd_gpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=32, block_v=64, num_warps=4):
@@ -181,16 +215,24 @@ def ce_bwd_gpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=32
         compiler_params=params,
         name="ce_lse_gpu",
     )(xp, wp)
-    row = pl.BlockSpec((bt,), lambda i, j: (i,))
-    dlogits = pl.pallas_call(
-        functools.partial(_ce_dlogits_gpu_kernel, v=v, block_v=bv, logits_dtype=ld),
-        grid=(tp // bt, vp // bv),
-        in_specs=[pl.BlockSpec((bt, hp), lambda i, j: (i, 0)), pl.BlockSpec((hp, bv), lambda i, j: (0, j)), row, row, row, row],
-        out_specs=pl.BlockSpec((bt, bv), lambda i, j: (i, j)),
-        out_shape=jax.ShapeDtypeStruct((tp, vp), jnp.float32),
+    dx = pl.pallas_call(
+        functools.partial(_ce_dx_gpu_kernel, v=v, block_v=bv, nv=vp // bv, logits_dtype=ld, precision=precision),
+        grid=(tp // bt,),
+        in_specs=[pl.BlockSpec((bt, hp), lambda i: (i, 0)), pl.BlockSpec((hp, vp), lambda i: (0, 0))]
+        + [pl.BlockSpec((bt,), lambda i: (i,))] * 4,
+        out_specs=pl.BlockSpec((bt, hp), lambda i: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct((tp, hp), jnp.float32),
         compiler_params=params,
         name="ce_dlogits_gpu",
-    )(xp, wp, lab, cp, *stats)
-    dx = lax.dot_general(dlogits, wp.astype(jnp.float32), (((1,), (1,)), ((), ())), precision=precision)[:t, :h]
-    dw = lax.dot_general(xp.astype(jnp.float32), dlogits, (((0,), (0,)), ((), ())), precision=precision)[:h, :v]
+    )(xp, wp, lab, cp, *stats)[:t, :h]
+    dw = pl.pallas_call(
+        functools.partial(_ce_dw_gpu_kernel, v=v, block_t=bt, nt=tp // bt, logits_dtype=ld, precision=precision),
+        grid=(vp // bv,),
+        in_specs=[pl.BlockSpec((tp, hp), lambda j: (0, 0)), pl.BlockSpec((hp, bv), lambda j: (0, j))]
+        + [pl.BlockSpec((tp,), lambda j: (0,))] * 4,
+        out_specs=pl.BlockSpec((hp, bv), lambda j: (0, j)),
+        out_shape=jax.ShapeDtypeStruct((hp, vp), jnp.float32),
+        compiler_params=params,
+        name="ce_dw_gpu",
+    )(xp, wp, lab, cp, *stats)[:h, :v]
     return dx.astype(x.dtype), dw.astype(w.dtype)

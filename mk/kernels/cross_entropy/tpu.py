@@ -20,9 +20,13 @@ per-token cotangents c (T,) of ``loss_t = lse(x @ W)_t - (x @ W)[t, label_t]``:
    (f32 scratch); the forward saved nothing, so the backward recomputes it. The
    max ``m`` and ``log(sum)`` are kept apart (not added into one f32 lse, whose
    rounding at large logits, ~1e-3 at 1e4, would be every probability's error).
-2. ``dlogits``: grid (T/block_t, V/block_v), both axes parallel: the tile again,
-   ``c_t * (exp((logit - m_t) - log s_t) - onehot(label_t))``, written in f32.
-3. ``dx = dlogits @ W^T`` and ``dW = x^T @ dlogits``: two matmuls (f32 accumulation).
+2. ``dx``: grid (T/block_t, V/block_v), the vocabulary axis "arbitrary": the
+   tile again, ``dlogits = c_t * (exp((logit - m_t) - log s_t) - onehot(label_t))``
+   in f32, and ``dx[i] += dlogits @ W[:, j]^T`` into an f32 block resident
+   across the vocabulary axis.
+3. ``dW``: grid (V/block_v, T/block_t), the token axis "arbitrary": the same
+   dlogits tile, ``dW[:, j] += x[i]^T @ dlogits``. The dlogits never reach HBM
+   (each tile is recomputed once more instead); every product runs in a kernel.
 
 V not a multiple of block_v: W is zero-padded and padded columns are masked
 (-1e30 before the exponential, so they add nothing); T is padded likewise with
@@ -128,8 +132,7 @@ def ce_fwd_tpu(x, w, labels, *, w_vocab_first=False, x_tokens_first=True, logits
     return out[:tokens, 0]
 
 
-def _ce_tile(x_ref, w_ref, *, v, block_v, logits_dtype, precision):
-    j = pl.program_id(1)
+def _ce_tile(x_ref, w_ref, j, *, v, block_v, logits_dtype, precision):
     logits = lax.dot_general(x_ref[...], w_ref[...], (((1,), (0,)), ((), ())), precision=precision,
                              preferred_element_type=jnp.float32).astype(logits_dtype).astype(jnp.float32)
     col = j * block_v + lax.broadcasted_iota(jnp.int32, logits.shape, 1)
@@ -144,7 +147,7 @@ def _ce_lse_kernel(x_ref, w_ref, max_ref, logs_ref, m_ref, s_ref, *, nv, **tile)
         m_ref[...] = jnp.full_like(m_ref, _MASKED_LOGIT)
         s_ref[...] = jnp.zeros_like(s_ref)
 
-    logits, _ = _ce_tile(x_ref, w_ref, **tile)
+    logits, _ = _ce_tile(x_ref, w_ref, j, **tile)
     m_new = jnp.maximum(m_ref[...], jnp.max(logits, axis=1, keepdims=True))
     s_ref[...] = s_ref[...] * jnp.exp(m_ref[...] - m_new) + jnp.sum(jnp.exp(logits - m_new), axis=1, keepdims=True)
     m_ref[...] = m_new
@@ -155,10 +158,36 @@ def _ce_lse_kernel(x_ref, w_ref, max_ref, logs_ref, m_ref, s_ref, *, nv, **tile)
         logs_ref[...] = jnp.log(s_ref[...])
 
 
-def _ce_dlogits_kernel(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, d_ref, **tile):
-    logits, col = _ce_tile(x_ref, w_ref, **tile)
+def _ce_dlogits(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, j, **tile):
+    logits, col = _ce_tile(x_ref, w_ref, j, **tile)
     p = jnp.exp((logits - max_ref[...]) - logs_ref[...])
-    d_ref[...] = c_ref[...] * (p - (col == lab_ref[...]).astype(jnp.float32))
+    return c_ref[...] * (p - (col == lab_ref[...]).astype(jnp.float32))
+
+
+def _ce_dx_kernel(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, dx_ref, **tile):
+    """Grid (token blocks, vocabulary blocks "arbitrary"): dx[i] += dlogits[i, j] @ W[:, j]^T, in f32."""
+    j = pl.program_id(1)
+
+    @pl.when(j == 0)
+    def _zero():
+        dx_ref[...] = jnp.zeros_like(dx_ref)
+
+    d = _ce_dlogits(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, j, **tile)
+    dx_ref[...] += lax.dot_general(d, w_ref[...].astype(jnp.float32), (((1,), (1,)), ((), ())),
+                                   precision=tile["precision"], preferred_element_type=jnp.float32)
+
+
+def _ce_dw_kernel(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, dw_ref, **tile):
+    """Grid (vocabulary blocks, token blocks "arbitrary"): dW[:, j] += x[i]^T @ dlogits[i, j], in f32."""
+    i, j = pl.program_id(1), pl.program_id(0)
+
+    @pl.when(i == 0)
+    def _zero():
+        dw_ref[...] = jnp.zeros_like(dw_ref)
+
+    d = _ce_dlogits(x_ref, w_ref, lab_ref, c_ref, max_ref, logs_ref, j, **tile)
+    dw_ref[...] += lax.dot_general(x_ref[...].astype(jnp.float32), d, (((0,), (0,)), ((), ())),
+                                   precision=tile["precision"], preferred_element_type=jnp.float32)
 
 
 def _ce_fit(n, want, quantum):
@@ -195,16 +224,24 @@ def ce_bwd_tpu(x, w, labels, c, *, logits_dtype=None, precision=None, block_t=25
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
         name="ce_lse_tpu",
     )(xp, wp)
-    dlogits = pl.pallas_call(
-        functools.partial(_ce_dlogits_kernel, **tile),
+    row_t = pl.BlockSpec((bt, 1), lambda j, i: (i, 0))
+    dx = pl.pallas_call(
+        functools.partial(_ce_dx_kernel, **tile),
         grid=grid,
         in_specs=[x_spec, w_spec, row, row, row, row],
-        out_specs=pl.BlockSpec((bt, bv), lambda i, j: (i, j)),
-        out_shape=jax.ShapeDtypeStruct((tp, vp), jnp.float32),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
+        out_specs=pl.BlockSpec((bt, h), lambda i, j: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct((tp, h), jnp.float32),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
         name="ce_dlogits_tpu",
-    )(xp, wp, lab, cp, *stats)
-    dims = (((1,), (1,)), ((), ()))
-    dx = lax.dot_general(dlogits, wp.astype(jnp.float32), dims, precision=precision)[:t]
-    dw = lax.dot_general(xp.astype(jnp.float32), dlogits, (((0,), (0,)), ((), ())), precision=precision)[:, :v]
+    )(xp, wp, lab, cp, *stats)[:t]
+    dw = pl.pallas_call(
+        functools.partial(_ce_dw_kernel, **tile),
+        grid=grid[::-1],
+        in_specs=[pl.BlockSpec((bt, h), lambda j, i: (i, 0)), pl.BlockSpec((h, bv), lambda j, i: (0, j)),
+                  row_t, row_t, row_t, row_t],
+        out_specs=pl.BlockSpec((h, bv), lambda j, i: (0, j)),
+        out_shape=jax.ShapeDtypeStruct((h, vp), jnp.float32),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        name="ce_dw_tpu",
+    )(xp, wp, lab, cp, *stats)[:, :v]
     return dx.astype(x.dtype), dw.astype(w.dtype)
