@@ -444,6 +444,88 @@ def _custom_call_ops(module: Any) -> list[Any]:
     return found
 
 
+def kernel_feeds(exported: Any) -> list[frozenset[int]]:
+    """For each kernel custom call of ``exported`` (in the order :func:`ablated` replaces them), the kernels whose
+    operands its results reach, through any ops, nested regions (a value reaching an op inside a loop or branch
+    reaches that op's results) and calls into private functions. An over-approximation: a kernel counted as
+    feeding another may not be read by it; the ablation uses it only to keep a kernel whose results feed a kernel
+    that does work (a multi-kernel pipeline), and the share of work outside kernels is measured regardless."""
+    ctx, module = _parse(exported.mlir_module())
+    with ctx:
+        kernels = [op.operation for op in _custom_call_ops(module) if _site(op)[0] not in BENIGN_TARGETS]
+        funcs: dict[str, Any] = {}
+        calls: dict[str, list[Any]] = {}
+
+        def index(op: Any) -> None:
+            for region in op.regions:
+                for block in region.blocks:
+                    for child in block.operations:
+                        o = child.operation
+                        if o.name == "func.func":
+                            funcs[_attr_text(o, "sym_name")] = o
+                        elif o.name == "func.call":
+                            calls.setdefault(_attr_text(o, "callee").lstrip("@"), []).append(o)
+                        index(o)
+
+        index(module.operation)
+
+        def which(op: Any) -> int | None:
+            for i, k in enumerate(kernels):
+                if k == op:
+                    return i
+            return None
+
+        out: list[frozenset[int]] = []
+        for start in kernels:
+            fed: set[int] = set()
+            seen: list[Any] = []
+            stack = [list(start.results)]
+            steps = 0
+            while stack and steps < 200_000:
+                values = stack.pop()
+                for value in values:
+                    for use in value.uses:
+                        steps += 1
+                        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+                        j = which(owner)
+                        if j is not None:
+                            fed.add(j)
+                            continue
+                        if any(owner == s for s in seen):
+                            continue
+                        seen.append(owner)
+                        stack.append(list(owner.results))
+                        if owner.name == "func.call":
+                            callee = funcs.get(_attr_text(owner, "callee").lstrip("@"))
+                            if callee is not None:
+                                stack.append(list(callee.regions[0].blocks[0].arguments))
+                        if owner.name == "func.return":
+                            fn = owner.parent
+                            while fn is not None and fn.name != "func.func":
+                                fn = fn.parent
+                            if fn is not None:
+                                for call in calls.get(_attr_text(fn, "sym_name"), []):
+                                    stack.append(list(call.results))
+                        parent = owner.parent
+                        while parent is not None and parent.name not in ("func.func", "builtin.module"):
+                            stack.append(list(parent.results))
+                            parent = parent.parent
+            out.append(frozenset(fed - {len(out)}))  # a kernel feeding itself (in a loop) is no evidence
+        return out
+
+
+def _attr_text(op: Any, name: str) -> str:
+    from jax._src.lib.mlir import ir
+
+    attr = op.attributes[name]
+    for kind in (ir.StringAttr, ir.FlatSymbolRefAttr):
+        try:
+            return kind(attr).value
+        except (TypeError, ValueError):
+            continue
+    return str(attr).strip('"')
+
+
 def _site(op: Any) -> tuple[str, str, tuple[str, ...]]:
     from jax._src.lib.mlir import ir
 

@@ -82,7 +82,8 @@ def ablate(request: dict[str, Any]) -> dict[str, Any]:
     from mk.harness import program
     from mk.harness.arrays import load_arrays
 
-    target = _state["programs"][request["scale"]]["target"]
+    form = request.get("form", "target")  # "bwd_target": a written backward's program (mk/harness/gradient.py)
+    target = _state["programs"][request["scale"]][form]
     n = int(request["kernels"])
     inputs = load_arrays(_state["workdir"] / request["dir"], "in")
     cpu = jax.devices("cpu")[0]
@@ -102,10 +103,20 @@ def ablate(request: dict[str, Any]) -> dict[str, Any]:
                 moved = True
                 break
         changed.append(moved)
+    # a kernel whose results feed a kernel that does work is part of a pipeline, not dead: its consumer was
+    # replaced by a constant above, so its own effect cannot show in the result (mk.harness.program.kernel_feeds)
+    feeds = program.kernel_feeds(target)
+    direct = list(changed)
+    grew = True
+    while grew:
+        grew = False
+        for k in range(n):
+            if not changed[k] and any(changed[j] for j in feeds[k]):
+                changed[k] = grew = True
     work = program.work(program.ablated(target, [None] * n, keep_operands=True))
     outside = work.flops
-    ref = _state["reference"].get(request["scale"])
-    return {"ok": True, "changed": changed, "outside_flops": outside, "outside_unknown_loops": work.unknown_loops,
+    ref = _state["reference"].get(request["scale"]) if form == "target" else None
+    return {"ok": True, "changed": changed, "direct": direct, "outside_flops": outside, "outside_unknown_loops": work.unknown_loops,
             "reference_flops": program.flops(ref) if ref else None}
 
 
