@@ -212,6 +212,9 @@ EXPECTED = [
     Expect("r6_bwd_cotangent_stats.py", "grms", "tpu", ("incorrect",), r"cotangent of (ones|1/N)"),
     Expect("r6_bwd_large_magnitude.py", "grms", "tpu", ("incorrect",), r"large_magnitude case"),
     Expect("r6_bwd_small_entries_flipped.py", "grms", "tpu", ("incorrect",), r"elementwise bound"),
+    Expect("r7_bwd_reference_vjp_through_copy.py", "grms", "tpu", ("rejected",), r"run outside the backward's kernels"),
+    Expect("r7_bwd_dead_kernel.py", "grms", "tpu", ("rejected",), r"of the backward \(kernel_bwd\) does no work"),
+    Expect("r7_control_two_kernel_pipeline.py", "rowmean", "tpu", ("correct",), r"all \d+ cases match"),
     Expect("r5_control_general_rowmean.py", "rowmean", "cpu", ("correct",), r"all \d+ cases match .*fresh sizes"),
 ]
 

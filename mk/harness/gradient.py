@@ -137,10 +137,98 @@ def check_programs(run: Any, copied: dict[str, dict[str, str]]) -> None:
                 raise _Verdict("incorrect", f"{BACKWARD_ENTRY}'s gradient of {run.task.args[i].name} at scale {scale} is "
                                             f"{np.dtype(aval.dtype).name}{list(aval.shape)}, the input is "
                                             f"{np.dtype(s.dtype).name}{list(s.shape)}")
+        facts["kernel_calls"] = len(program.kernel_calls(sites, run.target.name))
         for form in exported:
             dest = run.rdir / f"{scale}.bwd_{form}.export"
             dest.write_bytes(_read_regular(run.tracer.workdir / facts[f"{form}_file"]))
             copied.setdefault(scale, {})[f"bwd_{form}"] = _rel(run.runner, dest)
+
+
+def reference_vjp_flops(task: Any, scale: str) -> float | None:
+    """The operations of the reference's VJP at ``scale`` (its forward and pullback in one program, counted like
+    the forward's reference: :func:`mk.harness.program.work`); None when it cannot be exported here."""
+    import jax
+    from jax import export
+
+    from mk.harness import program
+
+    want = differentiable(task)
+    structs = task.arg_structs(scale)
+    ref = task.bind(task.reference, scale)
+    outs = jax.tree_util.tree_leaves(task.output_structs(scale))
+
+    def vjp(*args: Any) -> Any:
+        xs, cts = list(args[:len(structs)]), list(args[len(structs):])
+
+        def f(*floats: Any) -> Any:
+            ys = list(xs)
+            for i, v in zip(want, floats):
+                ys[i] = v
+            return ref(*ys)
+
+        out, pullback = jax.vjp(f, *[xs[i] for i in want])
+        return pullback(jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out), cts))
+
+    try:
+        with jax.default_matmul_precision("highest"):
+            exp = export.export(jax.jit(vjp), platforms=["cpu"])(*structs, *outs)
+        return program.flops(exp)
+    except Exception:  # noqa: BLE001 - the share check is skipped (and said so), the dead-kernel check still runs
+        return None
+
+
+def ablate(run: Any) -> str:
+    """Rule 15 for the backward: every kernel of the written backward must change its gradients when its outputs
+    are replaced (NaN, or an iota), and the reference VJP's work must run inside kernels, with the forward's
+    thresholds (the backward program with every kernel removed, next to the reference's VJP). Raises the verdict;
+    returns a note for the reason ("" when nothing is worth saying)."""
+    from mk.harness.evaluate import (EPILOGUE_OPS_PER_OUTPUT, OUTSIDE_SHARE_FLAG, OUTSIDE_SHARE_REJECT, _last_line,
+                                     _rel, _Verdict, _write_inputs)
+
+    if run.target.host or not declares_backward(run.cand.source):
+        return ""
+    import jax
+
+    notes = []
+    for scale in run.suite.scales:
+        n = int((run.programs[scale].get("backward") or {}).get("kernel_calls") or 0)
+        if not n:
+            continue
+        case = run.suite.for_scale(scale)[0]
+        outs = jax.tree_util.tree_leaves(run.task.output_structs(scale))
+        ct = cotangents(np.random.default_rng(secrets.randbelow(2**63)), outs)[0][1]
+        folder = _write_inputs(run, "bwd_ablate_" + scale, [*run.suite.inputs(run.task, case), *ct])
+        what = f"the backward's kernel ablation at scale {scale}"
+        reply = run.runner.ask({"op": "ablate", "scale": scale, "dir": _rel(run.runner, folder), "kernels": n,
+                                "form": "bwd_target"}, run.timeouts.compile_s + run.timeouts.case_s * (n + 2), what)
+        shutil.rmtree(folder, ignore_errors=True)
+        if not reply.get("ok"):
+            raise _Verdict("unverifiable_here", f"{what} could not run here ({_last_line(str(reply.get('error')))}), so "
+                                                f"the judge cannot show that the backward's kernels do the work")
+        dead = [k for k, changed in enumerate(reply["changed"]) if not changed]
+        if dead:
+            raise _Verdict("rejected", f"kernel {dead[0] + 1} of {n} of the backward ({BACKWARD_ENTRY}) does no work at "
+                                       f"scale {scale}: replacing its outputs by NaN leaves the gradients unchanged")
+        outside, hidden = reply.get("outside_flops"), float(reply.get("outside_unknown_loops") or 0.0)
+        ref = reference_vjp_flops(run.task, scale)
+        if outside is None or ref is None:
+            notes.append(f"scale {scale}: the share of the backward's work outside kernels was not measured")
+            continue
+        ref = max(float(ref), 1.0)
+        if hidden > OUTSIDE_SHARE_FLAG * ref:
+            raise _Verdict("rejected", f"work outside the backward's kernels at scale {scale} runs in a loop whose trip "
+                                       "count the judge cannot read: put the loop in a kernel, or make it a counted "
+                                       "fori_loop")
+        share = float(outside) / ref
+        grads = sum(int(np.prod(run.task.arg_structs(scale)[i].shape)) for i in differentiable(run.task))
+        if share > OUTSIDE_SHARE_REJECT and outside > EPILOGUE_OPS_PER_OUTPUT * grads:
+            raise _Verdict("rejected", f"{share:.0%} of the reference VJP's FLOPs run outside the backward's kernels at "
+                                       f"scale {scale} ({float(outside):.3g} of {ref:.3g}): the backward's pallas_calls "
+                                       f"must do the work, not XLA (leave {BACKWARD_ENTRY} out to use the reference's "
+                                       "VJP)")
+        if share > OUTSIDE_SHARE_FLAG:
+            run.flags.append(f"scale {scale}: {share:.0%} of the reference VJP's FLOPs run outside the backward's kernels")
+    return "; ".join(notes)
 
 
 def reference_vjp(task: Any, scale: str, inputs: list[np.ndarray], cotangents: list[np.ndarray], *,
@@ -283,6 +371,7 @@ def check(run: Any) -> str:
     if not declares_backward(run.cand.source):
         return ""
     want = differentiable(run.task)
+    work_note = ablate(run)  # the backward's kernels do its work (rule 15), before any case runs
     form = "bwd_target" if run.on_device or run.target.host else "bwd_cpu"
     worst_all, judged, skipped = 0.0, 0, 0
     fair_words: list[str] = []
@@ -345,5 +434,7 @@ def check(run: Any) -> str:
     if fair_words:
         note += (f"; {len(fair_words)} case(s) passed by the yardstick rule: against the VJP in higher precision the "
                  f"error is within a few times the reference's own VJP's ({' | '.join(fair_words)})")
+    if work_note:
+        note += "; " + work_note
     return (f"; its backward ({BACKWARD_ENTRY}) matches the reference's VJP on {judged} fresh cases "
             f"(worst {worst_all:.2g} of the largest gradient{note})")
