@@ -29,10 +29,18 @@ def _dw(x_ref, c_ref, o_ref):
     o_ref[...] += jnp.sum(jnp.where(x > 0, jnp.sqrt(jnp.maximum(x, 0.0)), 0.0) * c_ref[...], axis=0, keepdims=True)
 
 
+def _dx(x_ref, c_ref, w_ref, o_ref):
+    x = x_ref[...]
+    o_ref[...] = jnp.where(x > 0, 0.5 * c_ref[...] * w_ref[...] / jnp.sqrt(jnp.maximum(x, 1e-30)), jnp.nan)
+
+
 def kernel_bwd(cotangent, x, w):
+    # both gradients in kernels (rule 15 on the backward: its work must not run in XLA)
     r, d = x.shape
-    dw = pl.pallas_call(_dw, grid=(r // 8,),
-                        in_specs=[pl.BlockSpec((8, d), lambda i: (i, 0)), pl.BlockSpec((8, d), lambda i: (i, 0))],
+    row = pl.BlockSpec((8, d), lambda i: (i, 0))
+    dw = pl.pallas_call(_dw, grid=(r // 8,), in_specs=[row, row],
                         out_specs=pl.BlockSpec((1, d), lambda i: (0, 0)),
                         out_shape=jax.ShapeDtypeStruct((1, d), jnp.float32))(x, cotangent).reshape(d)
-    return jnp.where(x > 0, 0.5 * cotangent * w / jnp.sqrt(jnp.maximum(x, 1e-30)), jnp.nan), dw
+    dx = pl.pallas_call(_dx, grid=(r // 8,), in_specs=[row, row, pl.BlockSpec((1, d), lambda i: (0, 0))],
+                        out_specs=row, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x, cotangent, w.reshape(1, d))
+    return dx, dw
