@@ -106,7 +106,6 @@ def ablate(request: dict[str, Any]) -> dict[str, Any]:
     # a kernel whose results feed a kernel that does work is part of a pipeline, not dead: its consumer was
     # replaced by a constant above, so its own effect cannot show in the result (mk.harness.program.kernel_feeds)
     feeds = program.kernel_feeds(target)
-    direct = list(changed)
     grew = True
     while grew:
         grew = False
@@ -116,7 +115,7 @@ def ablate(request: dict[str, Any]) -> dict[str, Any]:
     work = program.work(program.ablated(target, [None] * n, keep_operands=True))
     outside = work.flops
     ref = _state["reference"].get(request["scale"]) if form == "target" else None
-    return {"ok": True, "changed": changed, "direct": direct, "outside_flops": outside, "outside_unknown_loops": work.unknown_loops,
+    return {"ok": True, "changed": changed, "outside_flops": outside, "outside_unknown_loops": work.unknown_loops,
             "reference_flops": program.flops(ref) if ref else None}
 
 
