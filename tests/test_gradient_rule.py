@@ -97,3 +97,22 @@ def test_low_precision_an_f32_accumulating_backward_passes_and_a_zeroed_or_halve
     for wrong in (np.zeros_like(own), _bf16(truth * 0.5), _bf16(truth * 1.02)):
         ok, words = fair([own], [truth], [wrong], LOW_FACTORS, "16-bit", "float32")
         assert not ok and words
+
+
+def test_reference_vjp_flops_is_exported_once_per_task_and_size(monkeypatch):
+    """The backward's work check counts the reference VJP's FLOPs; a judge process judging many candidates (a
+    search) exports it once per task and size, and a different size is counted anew."""
+    from pathlib import Path
+
+    from mk.harness import gradient
+    from mk.loaders import load_task
+
+    task = load_task(str(Path(__file__).parents[1] / "examples" / "rmsnorm.py"))
+    calls = []
+    real = gradient._reference_vjp_flops
+    monkeypatch.setattr(gradient, "_VJP_FLOPS", {})
+    monkeypatch.setattr(gradient, "_reference_vjp_flops", lambda t, s: calls.append(s) or real(t, s))
+    first = gradient.reference_vjp_flops(task, "ci")
+    assert first and first > 0
+    assert gradient.reference_vjp_flops(task, "ci") == first and calls == ["ci"]
+    assert gradient.reference_vjp_flops(task, "full") > first and calls == ["ci", "full"]

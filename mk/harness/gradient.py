@@ -144,9 +144,23 @@ def check_programs(run: Any, copied: dict[str, dict[str, str]]) -> None:
             copied.setdefault(scale, {})[f"bwd_{form}"] = _rel(run.runner, dest)
 
 
+#: reference VJP FLOPs by (task fingerprint, argument shapes and dtypes, static values): one export per judged
+#: size in a judge process, however many candidates it judges (a search judges many against the same task)
+_VJP_FLOPS: dict[tuple[str, str, str], float | None] = {}
+
+
 def reference_vjp_flops(task: Any, scale: str) -> float | None:
     """The operations of the reference's VJP at ``scale`` (its forward and pullback in one program, counted like
-    the forward's reference: :func:`mk.harness.program.work`); None when it cannot be exported here."""
+    the forward's reference: :func:`mk.harness.program.work`); None when it cannot be exported here. Cached per
+    task and size (a fresh size drawn under a reused scale name has other shapes, so another key)."""
+    key = (task.fingerprint(), repr([(s.shape, str(s.dtype)) for s in task.arg_structs(scale)]),
+           repr(task.static_values(scale)))
+    if key not in _VJP_FLOPS:
+        _VJP_FLOPS[key] = _reference_vjp_flops(task, scale)
+    return _VJP_FLOPS[key]
+
+
+def _reference_vjp_flops(task: Any, scale: str) -> float | None:
     import jax
     from jax import export
 
