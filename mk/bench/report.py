@@ -127,27 +127,14 @@ def _plots(r: BenchResult, out: Path) -> list[str]:
     measured = {m: met for m, met in r.metrics.items() if met.speed != "unmeasured" and met.fast_p_curve}
     if measured:
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-        curves = {m: [tuple(pt) for pt in met.fast_p_curve] for m, met in measured.items()}
-        same = same_as(curves)
-        for i, (m, met) in enumerate(measured.items()):
-            ps, vals = zip(*met.fast_p_curve)
-            style = line_style(i)
-            ax.step(ps, vals, where="post", label=f"{m} (n={met.tasks}){_same_note(m, same)}", linewidth=style["lw"],
-                    linestyle=style["ls"], color=style["color"], alpha=0.9)
-        for p in FAST_P:
-            ax.axvline(p, color="grey", linewidth=0.5, linestyle=":")
+        _fast_p(ax, measured)
         top = max(p for met in measured.values() for p, _ in met.fast_p_curve)
-        if top > 6:  # linear over the reported thresholds, log beyond
-            ax.set_xscale("symlog", linthresh=2.0)
-            ticks = [t for t in (0, 0.5, 1, 1.5, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= top]
-            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.set_xlim(0, top)
+        ax.set_xlim(0, top if top > 0 else 1.0)
         ax.set_xlabel("speedup threshold p (over the XLA baseline)")
         ax.set_ylabel("fast_p: share of tasks correct and faster than p")
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(f"fast_p curve · {r.suite} on {r.target}")
         ax.grid(alpha=0.3)
-        ax.legend()
         fig.tight_layout()
         fig.savefig(out / "fast_p.png")
         plt.close(fig)
@@ -187,6 +174,29 @@ def _plots(r: BenchResult, out: Path) -> list[str]:
     return written
 
 
+def _fast_p(ax: Any, measured: dict[str, Any]) -> None:
+    """Each method's fast_p curve as a step line in its own colour, dash pattern and width, with a marker at each
+    reported threshold (so a curve of one point, or one drawn under an identical one, still shows), and the legend
+    naming a curve identical to an earlier one; then the thresholds and, beyond p=6, a log axis."""
+    curves = {m: [tuple(pt) for pt in met.fast_p_curve] for m, met in measured.items()}
+    same = same_as(curves)
+    for i, (m, met) in enumerate(measured.items()):
+        ps, vals = zip(*met.fast_p_curve)
+        style = line_style(i)
+        marks = [j for j, p in enumerate(ps) if any(abs(p - q) < 1e-9 for q in FAST_P)] or [0]
+        ax.step(ps, vals, where="post", label=f"{m} (n={met.tasks}){_same_note(m, same)}", linewidth=style["lw"],
+                linestyle=style["ls"], color=style["color"], alpha=0.9, marker=style["marker"], markevery=marks,
+                markersize=4 + 2 * style["lw"], markerfacecolor="none" if i else style["color"])
+    for p in FAST_P:
+        ax.axvline(p, color="grey", linewidth=0.5, linestyle=":")
+    top = max(p for met in measured.values() for p, _ in met.fast_p_curve)
+    if top > 6:  # linear over the reported thresholds, log beyond
+        ax.set_xscale("symlog", linthresh=2.0)
+        ticks = [t for t in (0, 0.5, 1, 1.5, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= top]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.legend()
+
+
 def line_style(i: int) -> dict[str, Any]:
     """The i-th method's line: colour, dash pattern and width all differ, widest first, so a curve drawn on top of
     an identical one leaves it visible."""
@@ -210,7 +220,7 @@ def same_as(curves: dict[str, list[Any]]) -> dict[str, str]:
 
 
 def _same_note(m: str, same: dict[str, str]) -> str:
-    return f" = {same[m]}" if m in same else ""
+    return f" (same curve as {same[m]})" if m in same else ""
 
 
 def _by_step(ax: Any, series: dict[str, list[dict[str, Any]]], key: str, one_step: bool, label: Any, fmt: str) -> None:
