@@ -317,3 +317,11 @@ def m011_lessons(conn: duckdb.DuckDBPyConnection) -> None:
             dropped BOOLEAN NOT NULL DEFAULT false
         )"""
     )
+
+
+@migration
+def m012_bench_noise(conn: duckdb.DuckDBPyConnection) -> None:
+    """What the bench's noise step measured per (method, task) row (:mod:`mk.bench.noise`): the speedups of the
+    repeated side-by-side timing, their spread and the methods tied with it, so a resumed benchmark reports them for
+    the rows it kept."""
+    conn.execute("ALTER TABLE bench_results ADD COLUMN noise JSON")

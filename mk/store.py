@@ -38,6 +38,7 @@ import json
 import logging
 import math
 import os
+import socket
 import threading
 import uuid
 from datetime import datetime, timezone
@@ -275,29 +276,44 @@ class Store:
     @property
     def progress_dir(self) -> Path | None:
         """``<store>.runs/``: one small JSON file per run, rewritten as the run goes (None for an in-memory store)."""
-        return Path(str(self.path) + ".runs") if isinstance(self.path, Path) else None
+        return progress_folder(self.path)
+
+    @property
+    def bench_progress_dir(self) -> Path | None:
+        """``<store>.benches/``: one small JSON file per benchmark (:mod:`mk.bench.record`), like a run's."""
+        return progress_folder(self.path, "benches")
 
     def write_progress(self, run_id: str | None) -> None:
-        """Rewrite ``run_id``'s progress file (status, reason, counts, best speedup); best effort, never raises."""
-        folder = self.progress_dir
-        if folder is None or not run_id or self.read_only:
+        """Rewrite ``run_id``'s progress file (status, reason, counts, best speedup, the writer's pid and host);
+        best effort, never raises."""
+        if self.progress_dir is None or not run_id or self.read_only:
             return
         try:
             row = self._one(
                 """SELECT r.id, r.mode, r.status, r.reason, r.started_at, r.finished_at, t.name AS task,
+                          json_extract_string(r.config, '$.settings.bench') AS bench,
                           (SELECT count(*) FROM nodes n WHERE n.run_id = r.id) AS nodes,
                           (SELECT count(*) FROM snapshots s WHERE s.run_id = r.id) AS snapshots,
                           (SELECT max(speedup) FROM nodes n WHERE n.run_id = r.id AND n.status = 'correct') AS best_speedup,
                           (SELECT count(*) FROM nodes n WHERE n.run_id = r.id AND n.status = 'correct') AS correct_nodes
                    FROM runs r LEFT JOIN tasks t ON t.fingerprint = r.task_fingerprint WHERE r.id = ?""", [run_id])
-            if row is None:
-                return
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".{run_id}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps({**row, "updated_at": _now(), "writer_pid": os.getpid()}, default=str))
-            tmp.replace(folder / f"{run_id}.json")
+            if row is not None:
+                self.write_progress_file(self.progress_dir, run_id, row)
         except Exception as exc:  # noqa: BLE001 - a progress file is a convenience; the store is the record
             log.debug("progress file for run %s not written: %s", run_id, exc)
+
+    def write_progress_file(self, folder: Path | None, ident: str, row: Mapping[str, Any]) -> None:
+        """Atomically replace ``folder/<ident>.json`` with ``row`` plus ``updated_at`` and this process's
+        :func:`writer_fields`; best effort, never raises (nothing for an in-memory or read-only store)."""
+        if folder is None or self.read_only:
+            return
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".{ident}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps({**row, "updated_at": _now(), **writer_fields()}, default=str))
+            tmp.replace(folder / f"{ident}.json")
+        except Exception as exc:  # noqa: BLE001
+            log.debug("progress file %s/%s.json not written: %s", folder, ident, exc)
 
     def interrupt_run(self, run_id: str, kept: str, resume: str | None = None) -> KeyboardInterrupt:
         """Mark ``run_id`` interrupted (Ctrl-C, SIGTERM) and return the exception to raise: its message names the
@@ -551,6 +567,93 @@ class Store:
     def _require(self, table: str, row_id: str) -> None:
         if not self._conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", [row_id]).fetchone():
             raise StoreError(f"no {table[:-1]} {row_id!r} in {self.path}", hint="check the id (mk lists runs with their ids)")
+
+
+# --- progress files and the liveness of their writers ------------------------------------------------------------
+def progress_folder(path: Path | str | os.PathLike[str] | None, kind: str = "runs") -> Path | None:
+    """``<store>.<kind>/`` beside the store file at ``path`` (resolved as :meth:`Store.open` does); None in memory."""
+    where = path if isinstance(path, Path) else resolve_path(path)
+    return Path(str(where) + "." + kind) if isinstance(where, Path) else None
+
+
+def read_progress(folder: Path | None, ident: str | None = None) -> list[dict[str, Any]]:
+    """The progress files in ``folder`` (only ``<ident>.json`` when given), decoded; unreadable ones are skipped (a
+    file being replaced right now: the next read has it)."""
+    if folder is None or not folder.is_dir():
+        return []
+    files = [folder / f"{ident}.json"] if ident else sorted(folder.glob("*.json"))
+    rows = []
+    for f in files:
+        try:
+            rows.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return rows
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time in clock ticks since boot) of process ``pid`` from ``/proc``; None where there is no /proc."""
+    try:
+        text = Path(f"/proc/{int(pid)}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[-1].split()  # after "pid (comm)": state is field 3, starttime field 22
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def writer_fields() -> dict[str, Any]:
+    """Who writes a progress file: pid, host name and (on Linux) the process's start time, so that a pid reused by
+    another process later is not taken for the writer, and a pid from another machine is never tested here."""
+    stat = _proc_stat(os.getpid())
+    return {"writer_pid": os.getpid(), "writer_host": socket.gethostname(), "writer_start": stat[1] if stat else None}
+
+
+def writer_state(progress: Mapping[str, Any] | None) -> str:
+    """``alive``, ``gone`` or ``unknown``: is the process a progress file names still running? Only a writer on this
+    host is tested (``unknown`` for another host's pid, or a file from before the host was recorded)."""
+    if not progress or not progress.get("writer_pid") or progress.get("writer_host") != socket.gethostname():
+        return "unknown"
+    pid = int(progress["writer_pid"])
+    if pid == os.getpid():
+        return "alive"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:  # exists, another user's
+        pass
+    except OSError:
+        return "unknown"
+    stat = _proc_stat(pid)
+    if stat is not None:
+        if stat[0] in ("Z", "X"):  # exited, not yet reaped by its parent
+            return "gone"
+        if progress.get("writer_start") and str(progress["writer_start"]) != stat[1]:  # the pid now names another process
+            return "gone"
+    return "alive"
+
+
+def shown_status(status: str | None, progress: Mapping[str, Any] | None, *, store_readable: bool) -> str | None:
+    """The status a read command shows for a run or benchmark stored as ``status`` — the one place liveness is
+    decided. A ``running`` one is ``killed`` when the writer its progress file names is gone from this host, or when
+    the store could be opened (no process holds DuckDB's write lock) and no live writer on this host is known (a
+    HITL session pausing between phases has closed the store but its process is alive: still ``running``). Nothing
+    is written: the row stays ``running`` until a resume continues it."""
+    if status != "running":
+        return status
+    state = writer_state(progress)
+    if state == "gone" or (state == "unknown" and store_readable):
+        return "killed"
+    return status
+
+
+def killed_reason(progress: Mapping[str, Any] | None, resume: str) -> str:
+    """Why a read command shows ``killed``, with the command that continues it."""
+    if writer_state(progress) == "gone":
+        why = f"its process (pid {progress['writer_pid']} on {progress['writer_host']}) is gone"  # type: ignore[index]
+    else:
+        why = "no process holds the store, and it was never marked finished"
+    return f"killed: {why} (SIGKILL, a crash or a reboot); continue it with: {resume}"
 
 
 def _open_error(where: Path | str, exc: duckdb.Error) -> StoreError:

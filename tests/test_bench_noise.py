@@ -55,3 +55,48 @@ def test_ties_need_overlapping_spreads():
     b.spread = (0.9, 1.95)
     mark_ties([a, b])
     assert a.tied_with == ["b"] and b.tied_with == ["a"]
+
+
+def test_a_resumed_bench_reports_spread_and_ties_for_every_row(tmp_path):
+    """Task tanh2 finished (and re-timed) before the stop, tanh3 had only its auto row: after `--resume` every
+    correct row has its spread and ties — tanh2's loaded back from the store, tanh3's auto row re-timed beside the
+    new best-of-n row (one kernel: one shared set of runs, so their spreads overlap: a tie)."""
+    import pytest
+
+    from mk.bench import BenchConfig, run_bench
+    from mk.bench.runner import BenchInterrupted
+    from test_bench_run import TANH, ScriptedAuthor, _suite
+
+    class Tanhs(ScriptedAuthor):
+        def plan(self, ctx):
+            if self.queue is None and ctx.task.name.startswith("tanh"):
+                from test_bench_run import GOOD
+
+                self.queue = [("good", GOOD)]
+            return super().plan(ctx)
+
+    root = _suite(tmp_path, {"tanh2": TANH, "tanh3": TANH.replace('"tanh2"', '"tanh3"')})
+    db, out = tmp_path / "b.duckdb", tmp_path / "report"
+
+    def stop_after_tanh3_auto(kind, data):
+        if kind == "task" and data["row"].task == "tanh3" and data["row"].method == "auto":
+            raise KeyboardInterrupt
+
+    cfg = dict(target="cpu", methods=("auto", "best-of-n"), scale="ci", iterations=1, samples=1, tune=False, db=db,
+               out=out, plots=False, repeats=2, author_factory=Tanhs)
+    with pytest.raises(BenchInterrupted) as stopped:
+        run_bench(BenchConfig(str(root), **cfg), on_event=stop_after_tanh3_auto)
+    before = {(r.method, r.task): r for r in stopped.value.result.rows}
+    assert before[("auto", "tanh2")].spread is not None and before[("auto", "tanh3")].spread is None
+    res = run_bench(BenchConfig(None, resume=stopped.value.bench_id, db=db, author_factory=Tanhs))
+    rows = {(r.method, r.task): r for r in res.rows}
+    assert set(rows) == {(m, t) for m in ("auto", "best-of-n") for t in ("tanh2", "tanh3")}
+    for (method, task), r in rows.items():
+        assert r.correct and r.spread is not None and len(r.speedup_runs) == 3, (method, task, r)
+        assert r.tied_with == ["best-of-n" if method == "auto" else "auto"], (method, task, r.tied_with, r.spread)
+    # tanh2 was not timed again: what its noise step measured came back from the store
+    assert rows[("auto", "tanh2")].speedup_runs == before[("auto", "tanh2")].speedup_runs
+    # tanh3's kept row kept its own first measurement and got the new side-by-side runs
+    assert rows[("auto", "tanh3")].speedup_runs[0] == before[("auto", "tanh3")].speedup
+    report = (out / "report.md").read_text()
+    assert report.count(" runs), tie with ") == 4, report

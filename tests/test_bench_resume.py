@@ -91,11 +91,11 @@ def test_sigkill_then_resume_runs_only_what_was_left(tmp_path):
     listed = subprocess.run(_bench(["--list", "--db", str(db), "--json"]), capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr[-2000:]
     (bench,) = json.loads(listed.stdout)
-    assert bench["status"] == "running"  # nothing could mark it
+    assert bench["status"] == "killed" and bench["stored_status"] == "running"  # nothing could mark it; --list tells
     assert bench["rows"] >= len(first) and bench["resume"] == f"mk bench --resume {bench['id']} --db {db}"
     text = subprocess.run(_bench(["--list", "--db", str(db)]), capture_output=True, text=True, timeout=120,
                           env={**os.environ, "COLUMNS": "300"})
-    assert bench["id"] in text.stdout and "running" in text.stdout
+    assert bench["id"] in text.stdout and "killed" in text.stdout
     summary = _resume(db, bench["id"])
     assert {t["task"] for t in summary["tasks"]} == {"rms", "tanh2", "rms_b"} and all(t["correct"] for t in summary["tasks"])
     kept = [t for t in summary["tasks"] if t["task"] in first]

@@ -6,6 +6,12 @@ same machine state; two methods that chose the same code share one set of measur
 the median of its measurements (the method's own included), its ``spread`` the min and max, and methods whose
 spread overlaps the fastest method's on that task are marked as tied with it: their difference is inside the noise.
 Nothing is re-timed where the target cannot be timed (no device of its kind here).
+
+A resumed benchmark (``mk bench --resume``) gives every row the same columns: what this step measured is stored
+with the row (``bench_results.noise``, migration ``m012_bench_noise``) and loaded back for the rows it keeps, and
+a task whose methods were not all finished (or whose re-timing was cut short) is re-timed in the resumed run with
+its kept rows beside the new ones — a kept row's earlier measurements are kept and the new ones added to them, so
+its median and spread cover every time its kernel was measured, and its ties are decided again.
 """
 
 from __future__ import annotations
@@ -65,10 +71,12 @@ def retime(task: Any, rows: Sequence[Any], *, store: Any, target: str, evaluate:
                 log.warning("bench: re-timing %s on %s gave %s (%s)", key, task.name, res.status, res.reason)
     for i, key in of_row.items():
         row = rows[i]
-        measured = [row.speedup, *runs[key]]
+        # the row's own measurements first: its method's (or, for a row kept by a resume, all it had so far)
+        measured = [*(row.speedup_runs or [row.speedup]), *runs[key]]
         row.speedup_runs = measured
         row.spread = (min(measured), max(measured))
         row.speedup = statistics.median(measured)
+        row.tied_with = []  # decided again below, among the rows timed now
     mark_ties([rows[i] for i in of_row])
 
 

@@ -19,22 +19,41 @@ def create_bench(store: Store, suite: str, target: str, scale: str | None, metho
     bench_id = new_id()
     store.execute("INSERT INTO bench_runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL, 'running', ?, NULL)",
                   [bench_id, str(suite), target, scale, to_json(list(methods)), author, to_json(dict(config)), _now()])
+    write_progress(store, bench_id)
     return bench_id
+
+
+def write_progress(store: Store, bench_id: str) -> None:
+    """Rewrite the benchmark's progress file ``<store>.benches/<id>.json`` (its ``list_benches`` row plus the writer's
+    pid and host): what ``mk bench --list`` reads while the benchmark holds the store, and how it tells a killed
+    benchmark from a running one (:func:`mk.store.shown_status`). Best effort, never raises."""
+    try:
+        rows = _bench_rows(store, bench_id)
+        if rows:
+            store.write_progress_file(store.bench_progress_dir, bench_id, rows[0])
+    except Exception:  # noqa: BLE001 - a progress file is a convenience; the store is the record
+        pass
 
 
 def record_row(store: Store, bench_id: str, row: TaskRow) -> None:
     progress = [s.__dict__ for s in row.progress]
+    noise = None if row.spread is None else {"speedup_runs": list(row.speedup_runs), "spread": list(row.spread),
+                                              "tied_with": list(row.tied_with)}
     store.execute(
-        """INSERT OR REPLACE INTO bench_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        """INSERT OR REPLACE INTO bench_results (bench_id, method, task, task_fingerprint, run_id, status, reason, compiled,
+                  correct, speedup, candidates, progress, seconds, created_at, noise)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [bench_id, row.method, row.task, row.fingerprint, row.run_id, row.status, row.reason, row.compiled, row.correct,
-         row.speedup, row.candidates, to_json(progress), row.seconds, _now()],
+         row.speedup, row.candidates, to_json(progress), row.seconds, _now(), to_json(noise)],
     )
+    write_progress(store, bench_id)
 
 
 def finish_bench(store: Store, bench_id: str, metrics: Mapping[str, Metrics], status: str = "finished") -> None:
     """Record the metrics and the final status (``finished``, or ``interrupted`` for a partial bench)."""
     store.execute("UPDATE bench_runs SET metrics = ?, status = ?, finished_at = ? WHERE id = ?",
                   [to_json({k: v.to_dict() for k, v in metrics.items()}), status, _now(), bench_id])
+    write_progress(store, bench_id)
 
 
 #: the BenchConfig fields a resumed benchmark takes from its stored config (the rest are the caller's: db, factories)
@@ -61,22 +80,33 @@ def load_bench(store: Store, bench_id: str) -> tuple[dict[str, Any], list[TaskRo
         progress = r["progress"] if not isinstance(r["progress"], str) else json.loads(r["progress"])
         steps = [Step(**s) for s in progress or []]
         best = best_step(steps)  # the row's best was picked from these very steps: the same rule gives it back
+        noise = r.get("noise") if not isinstance(r.get("noise"), str) else json.loads(r["noise"])
+        noise = noise or {}  # what the noise step measured (mk.bench.noise); none when it did not run for this row
         done.append(TaskRow(r["method"], r["task"], r["status"], r["reason"] or "", bool(r["compiled"]), bool(r["correct"]),
                             r["speedup"], candidates=int(r["candidates"] or 0), run_id=r["run_id"],
                             fingerprint=r["task_fingerprint"], seconds=float(r["seconds"] or 0.0),
-                            best=best.name if best is not None else "", progress=steps))
+                            best=best.name if best is not None else "", progress=steps,
+                            speedup_runs=[float(v) for v in noise.get("speedup_runs") or []],
+                            spread=tuple(noise["spread"]) if noise.get("spread") else None,
+                            tied_with=list(noise.get("tied_with") or [])))
     return bench, done
 
 
 def list_benches(store: Store, limit: int = 30) -> list[dict[str, Any]]:
-    """The stored benchmarks, newest first: id, suite, target, methods, status (``running`` for one in progress or one
-    whose process was killed), started/finished, and how many (method, task) rows each recorded."""
+    """The stored benchmarks, newest first: id, suite, target, methods, status as stored (``running`` for one in
+    progress or one whose process was killed: ``mk bench --list`` tells them apart), started/finished, and how many
+    (method, task) rows each recorded."""
+    return _bench_rows(store, None, limit)
+
+
+def _bench_rows(store: Store, bench_id: str | None, limit: int = 30) -> list[dict[str, Any]]:
     import json
 
     rows = store.query(
         """SELECT b.id, b.suite, b.target, b.scale, b.methods, b.author, b.status, b.started_at, b.finished_at,
                   (SELECT count(*) FROM bench_results r WHERE r.bench_id = b.id) AS rows
-           FROM bench_runs b ORDER BY b.started_at DESC LIMIT ?""", [int(limit)])
+           FROM bench_runs b WHERE (? IS NULL OR b.id = ?) ORDER BY b.started_at DESC LIMIT ?""",
+        [bench_id, bench_id, int(limit)])
     out = []
     for r in rows:
         r = dict(r)
@@ -88,6 +118,7 @@ def list_benches(store: Store, limit: int = 30) -> list[dict[str, Any]]:
 
 def reopen_bench(store: Store, bench_id: str) -> None:
     store.execute("UPDATE bench_runs SET status = 'running', finished_at = NULL WHERE id = ?", [bench_id])
+    write_progress(store, bench_id)  # this process is the writer now
 
 
 def close_task_runs(store: Store, bench_id: str, reason: str) -> int:
@@ -97,5 +128,6 @@ def close_task_runs(store: Store, bench_id: str, reason: str) -> int:
                        "json_extract_string(config, '$.settings.bench') = ?", [bench_id])
     for r in rows:
         store.execute("UPDATE runs SET status = 'interrupted', reason = ?, finished_at = ? WHERE id = ?", [reason, _now(), r["id"]])
+        store.write_progress(r["id"])
     return len(rows)
 

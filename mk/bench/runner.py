@@ -221,9 +221,12 @@ def _run_tasks(refs: list[Any], methods: list[str], cfg: BenchConfig, factory: C
     from mk.loaders import load_ref
 
     all_methods = methods
+    timeable = bool(cfg.repeats and mcfg.measure and _can_time(cfg.target))
     for ref in refs:
         methods = [m for m in all_methods if (ref.name, m) not in done]
-        if not methods:
+        # a resumed benchmark's rows of this task that its noise step never re-timed (stopped before or during it)
+        untimed = [r for r in rows if r.task == ref.name and r.correct and r.speedup is not None and r.spread is None]
+        if not methods and not (timeable and untimed):
             continue
         task = None
         try:
@@ -259,13 +262,20 @@ def _run_tasks(refs: list[Any], methods: list[str], cfg: BenchConfig, factory: C
             rows.append(row)
             record_row(store, bench_id, row)
             emit("task", {"row": row})
-        mine = [r for r in rows if r.task == task.name and r.method in methods]
+        # every row of this task, a resumed benchmark's kept ones too: they are timed beside the new ones
+        mine = [r for r in rows if r.task == task.name]
         if cfg.repeats and sum(r.correct and r.speedup is not None for r in mine) >= 1:
             from mk.bench.noise import retime
 
             retime(task, mine, store=store, target=cfg.target, evaluate=mcfg.judge(), repeats=cfg.repeats)
             for r in mine:
                 record_row(store, bench_id, r)
+
+
+def _can_time(target: str) -> bool:
+    from mk.targets import get_target
+
+    return get_target(target).can_time()
 
 
 def _error_row(method: str, task: str, reason: str) -> TaskRow:

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue an interrupted (or killed) benchmark from the store: its suite, methods, tasks and "
                         "settings are its own; finished (task, method) pairs are kept, the rest run; budget flags apply anew")
     p.add_argument("--list", action="store_true",
-                   help="list the benchmarks in the store (ids, state, rows recorded), newest first; a killed one is 'running'")
+                   help="list the benchmarks in the store (ids, state, rows recorded), newest first: 'running', 'killed' (its "
+                        "process is gone: SIGKILL, a crash; resume it), 'interrupted', 'budget_spent' or 'finished'")
     p.add_argument("--scale", default="ci", help="run every task at this scale (default: ci); 'all' keeps every scale a task defines")
     p.add_argument("--mode", default="auto",
                    help="auto | search | best-of-n, or several separated by commas to compare them on the same tasks")
@@ -53,19 +54,40 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    """``mk bench --list``: every benchmark's id and state, with the command that continues an unfinished one."""
+    """``mk bench --list``: every benchmark's id and state, with the command that continues an unfinished one. A
+    benchmark stored as ``running`` whose process is gone shows ``killed`` (:func:`mk.store.shown_status`); while
+    another process holds the store, the benchmarks' progress files (``<store>.benches/``) are listed instead."""
     from rich.table import Table
 
     from mk.bench.record import list_benches
     from mk.commands._console import console
     from mk.commands.runs import read_store
+    from mk.errors import StoreLocked
     from mk.run.service import db_flag
+    from mk.store import progress_folder, read_progress, resolve_path, shown_status
 
-    with read_store(args.db) as store:
-        rows = list_benches(store)
-        where = db_flag(store.path)
+    try:
+        with read_store(args.db) as store:
+            rows = list_benches(store)
+            progress = {p.get("id"): p for p in read_progress(store.bench_progress_dir)}
+            where = db_flag(store.path)
+        readable = True
+    except StoreLocked as err:  # a benchmark (or another mk process) is writing: its progress files say where it is
+        progress = {p.get("id"): p for p in read_progress(progress_folder(args.db, "benches"))}
+        rows = sorted(progress.values(), key=lambda r: str(r.get("started_at")), reverse=True)[:30]
+        if not rows:
+            raise
+        where, readable = db_flag(resolve_path(args.db)), False
+        console(stderr=True).print(f"[yellow]the store is in use by another mk process ({err.message.split(' (')[0]}); "
+                                   "showing what the benchmarks' progress files say (updated at every row and end)[/]")
+    shown = []
     for r in rows:
-        r["resume"] = None if r["status"] == "finished" else f"mk bench --resume {r['id']}{where}"
+        r = {k: v for k, v in r.items() if not k.startswith("writer_") and k != "updated_at"}
+        status = shown_status(r["status"], progress.get(r["id"]), store_readable=readable)
+        if status != r["status"]:  # shown, never written: the row stays 'running' until a resume continues it
+            r["stored_status"], r["status"] = r["status"], status
+        shown.append({**r, "resume": None if r["status"] == "finished" else f"mk bench --resume {r['id']}{where}"})
+    rows = shown
     if args.json:
         print(json.dumps(rows, default=str))
         return 0

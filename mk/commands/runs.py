@@ -52,20 +52,40 @@ def read_store(db: str | None) -> Any:
 
 def progress_rows(db: str | None) -> list[dict[str, Any]]:
     """The runs as their writers' progress files say (``<store>.runs/*.json``), newest first: what a read command
-    shows while another process holds the store."""
-    from pathlib import Path
+    shows while another process holds the store (a run whose writer is gone shown ``killed``)."""
+    from mk.store import progress_folder, read_progress
 
+    rows = [told(r, r, store_readable=False, db=db) for r in read_progress(progress_folder(db))]
+    return sorted(rows, key=lambda r: str(r.get("started_at")), reverse=True)
+
+
+def told(row: dict[str, Any], progress: dict[str, Any] | None, *, store_readable: bool, db: Any) -> dict[str, Any]:
+    """``row`` (a run) as a read command shows it: a ``running`` run whose process is gone is ``killed``
+    (:func:`mk.store.shown_status`), with the command that continues it as its reason; the stored status is kept
+    as ``stored_status``. The store is not touched."""
+    from mk.store import killed_reason, shown_status
+
+    status = shown_status(row.get("status"), progress, store_readable=store_readable)
+    if status == row.get("status"):
+        return row
+    from mk.run.service import db_flag
+
+    where = db_flag(db if db is not None else _default_db())
+    bench = (progress or {}).get("bench") or (((row.get("config") or {}).get("settings") or {}).get("bench")
+                                             if isinstance(row.get("config"), dict) else None)
+    if row.get("mode") == "bench" and bench:
+        resume = f"mk bench --resume {bench}{where}"
+    elif row.get("mode") == "hitl":
+        resume = f"mk hitl --resume {row['id']}{where}"
+    else:
+        resume = f"mk resume {row['id']}{where}"
+    return {**row, "status": status, "stored_status": row.get("status"), "reason": killed_reason(progress, resume)}
+
+
+def _default_db() -> Any:
     from mk.store import resolve_path
 
-    where = resolve_path(db)
-    folder = Path(str(where) + ".runs") if isinstance(where, Path) else None
-    rows = []
-    for f in sorted(folder.glob("*.json")) if folder is not None and folder.is_dir() else []:
-        try:
-            rows.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            continue  # a file being replaced right now: the next read has it
-    return sorted(rows, key=lambda r: str(r.get("started_at")), reverse=True)
+    return resolve_path(None)
 
 
 def _locked_note(err: Any) -> str:
@@ -78,15 +98,19 @@ def list_runs(args: argparse.Namespace) -> int:
 
     from mk.commands._console import console
     from mk.errors import StoreLocked
+    from mk.store import read_progress
 
     try:
         with read_store(args.db) as store:
             rows = store.query(
                 """SELECT r.id, r.mode, r.status, r.reason, r.started_at, r.finished_at, t.name AS task,
+                          json_extract_string(r.config, '$.settings.bench') AS bench,
                           (SELECT count(*) FROM nodes n WHERE n.run_id = r.id) AS nodes,
                           (SELECT max(speedup) FROM nodes n WHERE n.run_id = r.id AND n.status = 'correct') AS best_speedup
                    FROM runs r LEFT JOIN tasks t ON t.fingerprint = r.task_fingerprint
                    ORDER BY r.started_at DESC LIMIT ?""", [int(args.limit)])
+            rows = [told(r, next(iter(read_progress(store.progress_dir, r["id"])), None) if r["status"] == "running" else None,
+                         store_readable=True, db=store.path) for r in rows]
     except StoreLocked as err:  # another process is writing: its progress files say where its runs stand
         rows = progress_rows(args.db)[: int(args.limit)]
         if not rows:
@@ -111,7 +135,12 @@ def show(args: argparse.Namespace) -> int:
 
     try:
         with read_store(args.db) as store:
+            from mk.store import read_progress
+
             run = store.find_run(args.run)
+            if run["status"] == "running":
+                run = told(run, next(iter(read_progress(store.progress_dir, run["id"])), None), store_readable=True,
+                           db=store.path)
             info = describe_run(store, run)
     except StoreLocked as err:  # another process is writing: show what the run's progress file says
         found = [r for r in progress_rows(args.db) if r["id"].startswith(args.run)]
@@ -232,7 +261,8 @@ def describe_run(store: Any, run: dict[str, Any]) -> dict[str, Any]:
         target = config.get("target") or (config.get("settings") or {}).get("target") or "tpu"
         candidate = Path(config.get("out") or "mk-out") / f"{task['name']}_{target}.py"
         kernel_path = str(candidate) if candidate.is_file() else None
-    return {"run": {k: run[k] for k in ("id", "mode", "status", "reason", "config", "started_at", "finished_at")},
+    return {"run": {k: run[k] for k in ("id", "mode", "status", "reason", "config", "started_at", "finished_at", "stored_status")
+                    if k in run},
             "task": task["name"] if task else None, "best": best, "lineage": lineage[::-1], "config": config,
             "lm_spend": store.lm_spend(run["id"]), "kernel_path": kernel_path,
             "nodes": [{k: v for k, v in n.items() if k not in ("code", "plan_text")} for n in nodes]}
