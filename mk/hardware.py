@@ -75,6 +75,8 @@ class HardwareSpec(BaseModel):
     hbm_bandwidth: float = Field(gt=0, description="bytes/s")
     hbm_bytes: int | None = None
     vmem_bytes: int | None = None
+    scoped_vmem_default_bytes: int | None = Field(
+        default=None, description="TPU: the VMEM one kernel may use unless it sets vmem_limit_bytes")
     smem_bytes: int | None = None
     cmem_bytes: int | None = None
     shared_mem_per_sm_bytes: int | None = None

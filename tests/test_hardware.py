@@ -114,3 +114,16 @@ def test_cpu_placeholder_refuses_roofline_claims():
     measured = cpu.model_copy(update={"peak_flops": {"float32": 2e12, "bfloat16": 2e12}, "hbm_bandwidth": 5e10, "approximate": False})
     assert isinstance(measured, HardwareSpec)
     assert roofline_fraction(1.0, 1e9, 5e10, measured) == pytest.approx(1.0)
+
+
+def test_kernel_vmem_budget_is_the_scoped_default_not_the_physical_vmem():
+    """Default blocks plan for the VMEM a kernel gets without vmem_limit_bytes (XLA's scoped default), with headroom:
+    blocks sized to v5e's physical 128 MiB would fail Mosaic's scoped-allocation check on the chip."""
+    from mk.hardware import get_spec
+    from mk.kernels.validate import VMEM_SHARE, vmem_budget
+
+    for chip, scoped in (("v5e", 16 << 20), ("v6e", 32 << 20), ("v7x", 32 << 20)):
+        spec = get_spec(chip)
+        assert spec.scoped_vmem_default_bytes == scoped < spec.vmem_bytes
+        assert vmem_budget(spec) == int(scoped * VMEM_SHARE)
+    assert vmem_budget(get_spec("v4")) <= get_spec("v4").vmem_bytes

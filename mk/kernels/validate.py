@@ -33,3 +33,18 @@ def tiles(cfg: Any, target: str, tpu: Mapping[str, int], gpu: Iterable[str], gpu
         raise ValueError(f"TPU blocks: {rules}, got {cfg}")
     if lang == "triton" and any((b := getattr(cfg, n)) & (b - 1) or b < gpu_min for n in gpu):
         raise ValueError(f"GPU blocks must be powers of two >= {gpu_min}, got {cfg}")
+
+
+#: the share of a kernel's VMEM allowance a default configuration plans to fill (headroom for what the
+#: families' estimates leave out: Mosaic's internal scratch, relayouts, semaphores)
+VMEM_SHARE = 0.75
+
+
+def vmem_budget(spec: Any, share: float = VMEM_SHARE) -> int:
+    """Bytes of VMEM a TPU kernel's default blocks may plan for: ``share`` of the scoped VMEM a kernel gets
+    without ``vmem_limit_bytes`` (XLA's per-chip default, ``data/hardware.json``), never more than the
+    physical VMEM. The one place a family's default asks how much VMEM it has; blocks sized to the physical
+    VMEM (128 MiB on v5e) fail Mosaic's scoped-allocation check on the chip."""
+    physical = spec.vmem_bytes or 16 << 20
+    scoped = spec.scoped_vmem_default_bytes or min(physical, 16 << 20)
+    return int(min(scoped, physical) * share)

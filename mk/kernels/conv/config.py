@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mk.hardware import get_spec
+from mk.kernels import validate
 from mk.targets import kernel_language
 
 
@@ -99,17 +100,19 @@ def _tpu_bytes(shapes: Shapes, bc: int) -> int:
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (a name in data/hardware.json) read from its memory sizes.
 
-    TPU: all output channels per program unless the working set passes half of VMEM, then the largest
-    multiple of 128 dividing Cout that fits; short output rows (under one MXU width) are unrolled two at a
+    TPU: all output channels per program unless the working set passes the VMEM budget (`validate.vmem_budget`), then the largest
+    multiple of 128 dividing Cout that fits (128 when none does); short output rows (under one MXU width) are unrolled two at a
     time. GPU: one channel block of at most 128; 8 warps once the register tile or the padded sample is
     large against shared memory."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
-        budget = (spec.vmem_bytes or 16 << 20) // 2
+        budget = validate.vmem_budget(spec)
         bc = None
         if not shapes.fused_epilogue and _tpu_bytes(shapes, shapes.cout) > budget:
             fits = [b for b in range(128, shapes.cout, 128) if shapes.cout % b == 0 and _tpu_bytes(shapes, b) <= budget]
-            bc = fits[-1] if fits else None
+            # nothing fits: the narrowest legal block (the whole output row set stays per program; a full-Cout
+            # block would only be further past the budget)
+            bc = fits[-1] if fits else (128 if shapes.cout % 128 == 0 and shapes.cout > 128 else None)
         unroll = 2 if shapes.out_spatial[-1] < (spec.mxu_size or 128) else 1
         return Config(block_cout=bc, unroll=unroll)
     cout_p = max(16, _pow2(shapes.cout))

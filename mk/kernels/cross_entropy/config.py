@@ -46,15 +46,18 @@ class Config:
 
 
 def _tpu_bytes(s: Shapes, bt: int, bv: int) -> int:
-    """VMEM of one step: x and W tiles double-buffered, the f32 logits tile and its dlogits block."""
-    return 2 * (bt * s.h + s.h * bv) * s.itemsize + 3 * bt * bv * 4
+    """VMEM of one backward step, the larger of its two kernels: x and W tiles double-buffered, the f32 logits tile
+    and its dlogits block, the f32 copy of the tile the contraction reads (W's in the dx kernel, x's in the dW
+    kernel) and the f32 output block it accumulates into, double-buffered (dx (block_t, H) or dW (H, block_v))."""
+    inputs = 2 * (bt * s.h + s.h * bv) * s.itemsize + 3 * bt * bv * 4
+    return inputs + max(s.h * bv * 4 + 2 * bt * s.h * 4, bt * s.h * 4 + 2 * s.h * bv * 4)
 
 
 def default(chip: str, shapes: Shapes) -> Config:
-    """TPU: the largest (block_t, block_v) fitting a quarter of VMEM; GPU: 32 x 64 tiles."""
+    """TPU: the largest (block_t, block_v) fitting the VMEM budget (`validate.vmem_budget`); GPU: 32 x 64 tiles."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
-        budget = (spec.vmem_bytes or 16 << 20) // 4
+        budget = validate.vmem_budget(spec)
         best = (8, 128)
         for bt in (8, 16, 64, 128, 256, 512):
             for bv in (128, 256, 512, 1024, 2048):
@@ -102,11 +105,11 @@ def _tpu_fwd_bytes(s: Shapes, bt: int, bv: int) -> int:
 
 
 def fwd_default(chip: str, shapes: Shapes) -> FwdConfig:
-    """TPU: the largest (block_t, block_v) up to (256, 512) fitting a quarter of VMEM; GPU: 64 x 128 tiles over
+    """TPU: the largest (block_t, block_v) up to (256, 512) fitting the VMEM budget (`validate.vmem_budget`); GPU: 64 x 128 tiles over
     64-wide hidden chunks (smaller for small T or H)."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
-        budget = (spec.vmem_bytes or 16 << 20) // 4
+        budget = validate.vmem_budget(spec)
         best = (8, 128)
         for bt in (8, 16, 64, 128, 256):
             for bv in (128, 256, 512):

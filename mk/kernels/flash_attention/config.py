@@ -57,12 +57,12 @@ def _pow2_floor(n: int) -> int:
 
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (data/hardware.json): TPU query and key blocks of up to four MXU widths whose
-    working set (q, k, v blocks double-buffered, the f32 score tile and accumulator) fits a quarter of VMEM;
+    working set (q, k, v blocks double-buffered, the f32 score tile and accumulator) fits the VMEM budget (`validate.vmem_budget`);
     GPU 64-key blocks and query blocks of up to 128 rows, 8 warps for 128-row blocks."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
         mxu = spec.mxu_size or 128
-        budget = (spec.vmem_bytes or 16 << 20) // 4
+        budget = validate.vmem_budget(spec)
         best = (mxu, mxu)
         for bq, bk in itertools.product((mxu, 2 * mxu, 4 * mxu), repeat=2):
             work = 2 * (bq + 2 * bk) * shapes.head_dim * shapes.itemsize + (bq * bk + bq * shapes.head_dim) * 4

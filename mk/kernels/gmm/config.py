@@ -56,7 +56,7 @@ def _pow2_floor(n: int) -> int:
 
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (data/hardware.json). Row tiles no taller than the mean group (a tile two groups
-    share is multiplied twice); TPU: block_n one or two MXU widths, block_k as deep as a quarter of VMEM allows
+    share is multiplied twice); TPU: block_n one or two MXU widths, block_k as deep as the VMEM budget (`validate.vmem_budget`) allows
     with double buffering; GPU: the largest (block_k, stages) pipeline that fits shared memory."""
     spec = get_spec(chip)
     mean_group = max(1, shapes.m // max(1, shapes.groups))
@@ -64,7 +64,7 @@ def default(chip: str, shapes: Shapes) -> Config:
         mxu = spec.mxu_size or 128
         bm = max(8 * max(1, 4 // shapes.itemsize), min(512, _pow2_floor(mean_group)))
         bn = 2 * mxu if shapes.n % (2 * mxu) == 0 else 128
-        budget = (spec.vmem_bytes or 16 << 20) // 4
+        budget = validate.vmem_budget(spec)
         bk = 128
         for cand in (256, 512, 1024):
             if shapes.k % cand == 0 and 2 * (bm * cand + cand * bn) * shapes.itemsize + 3 * bm * bn * 4 <= budget:

@@ -101,14 +101,14 @@ def _gpu_bytes(s: Shapes, bm: int, bn: int, bk: int, stages: int) -> int:
 
 
 def default(chip: str, shapes: Shapes, splitk: bool = False) -> Config:
-    """A tiling for ``chip`` (data/hardware.json): the largest point of :func:`space` whose working set fits half
-    of the chip's VMEM (TPU) or its shared memory per SM (GPU, with ``num_stages`` buffers)."""
+    """A tiling for ``chip`` (data/hardware.json): the largest point of :func:`space` whose working set fits the
+    VMEM budget (TPU, `validate.vmem_budget`) or its shared memory per SM (GPU, with ``num_stages`` buffers)."""
     spec = get_spec(chip)
     target = "tpu" if spec.kind == "tpu" else "gpu"
     sp = space(target, shapes, splitk)
     base = Config()
     if spec.kind == "tpu":
-        budget = (spec.vmem_bytes or 16 << 20) // 2
+        budget = validate.vmem_budget(spec)
         fits = lambda bm, bn, bk: _tpu_bytes(shapes, bm, bn, bk) <= budget  # noqa: E731
     else:
         budget = spec.shared_mem_per_sm_bytes or 96 << 10

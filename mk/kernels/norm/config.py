@@ -53,11 +53,11 @@ def _tpu_bytes(s: Shapes, bm: int) -> int:
 
 
 def default(chip: str, shapes: Shapes) -> Config:
-    """TPU: the largest row block (a multiple of 8, up to 1024) whose working set fits half the scoped VMEM; GPU: a
+    """TPU: the largest row block (a multiple of 8, up to 1024) whose working set fits the VMEM budget (`validate.vmem_budget`); GPU: a
     power-of-two block keeping about 16K f32 values per program (registers), 4 or 8 warps."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
-        budget = (spec.vmem_bytes or 16 << 20) // 4
+        budget = validate.vmem_budget(spec)
         best = 8
         for bm in (8, 16, 32, 64, 128, 256, 512, 1024):
             if bm <= max(8, shapes.n) and _tpu_bytes(shapes, bm) <= budget:

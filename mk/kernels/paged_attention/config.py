@@ -52,10 +52,10 @@ class Config:
 
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (data/hardware.json): TPU as many pages per step (up to 16) as keep the K and V page
-    buffers (double-buffered) within an eighth of VMEM; GPU 4 warps (a group of query heads is small)."""
+    buffers (double-buffered) within the VMEM budget (`validate.vmem_budget`); GPU 4 warps (a group of query heads is small)."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
-        budget = (spec.vmem_bytes or 16 << 20) // 8
+        budget = validate.vmem_budget(spec)
         per_page = 2 * 2 * shapes.page * shapes.kv_heads * shapes.head_dim * shapes.itemsize
         ppb = 1
         for cand in (2, 4, 8, 16):

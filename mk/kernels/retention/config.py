@@ -55,13 +55,13 @@ class Config:
 
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (data/hardware.json). TPU: key blocks one or two MXU widths, query blocks as tall as
-    a quarter of 16 MiB (the smallest scoped VMEM default) allows for the (block_q, block_k) f32 scores, the q block and the accumulator;
+    the VMEM budget (`validate.vmem_budget`) allows for the (block_q, block_k) f32 scores, the q block and the accumulator;
     GPU: 64-row blocks (32 when the head is wider than 128)."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
         mxu = spec.mxu_size or 128
         bk = 2 * mxu if shapes.s % (2 * mxu) == 0 else 128
-        budget = min(spec.vmem_bytes or 16 << 20, 16 << 20) // 4
+        budget = validate.vmem_budget(spec)
         bq = 128
         for cand in (256, 512):
             work = cand * bk * 4 * 3 + 2 * cand * shapes.d * shapes.itemsize + cand * shapes.dv * 4

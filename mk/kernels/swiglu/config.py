@@ -59,11 +59,11 @@ def _tpu_bytes(s: Shapes, bm: int, bf: int) -> int:
 
 
 def default(chip: str, shapes: Shapes) -> Config:
-    """A tiling for ``chip`` (data/hardware.json): TPU the largest (block_m, block_f) whose working set fits half
-    of VMEM, block_f a multiple of the MXU width; GPU 64-row blocks with block_n covering D up to 128."""
+    """A tiling for ``chip`` (data/hardware.json): TPU the largest (block_m, block_f) whose working set fits the VMEM
+    budget (`validate.vmem_budget`), block_f a multiple of the MXU width; GPU 64-row blocks with block_n covering D up to 128."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
-        budget = (spec.vmem_bytes or 16 << 20) // 2
+        budget = validate.vmem_budget(spec)
         mxu = spec.mxu_size or 128
         sub = 8 * max(1, 4 // shapes.itemsize)
         best = (sub, 128)
