@@ -96,7 +96,7 @@ class Session:
                 self.run.store = store
                 if meter is not None:
                     self.run.set_config(budget=meter.budget)
-                store.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", [self.run.id])
+                self.run.restart()
             else:
                 self.run = Run.create(store, task, RunConfig(
                     mode=MODE, target=target, **author_fields(self.author), iterations=iterations, tune=tune,

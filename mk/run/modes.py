@@ -130,7 +130,7 @@ def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget
         changes["settings"] = {**run.config.settings, **settings}
     if changes:
         run.set_config(**changes)
-    store.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", [run.id])
+    run.restart()
     if run.config.mode == "search":
         return run, drive(run, author, meter=meter, on_event=on_event)
     snapshots = restore_snapshots(store, run.id)

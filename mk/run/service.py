@@ -127,6 +127,12 @@ class Run:
         self.task = task
         return suite
 
+    def restart(self) -> None:
+        """Mark a resumed run ``running`` again, in the store and in its progress file (read commands tell a live
+        writer from a killed one by that file's pid: until it is rewritten it names the process that died)."""
+        self.store.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", [self.id])
+        self.store.write_progress(self.id)
+
     # --- ending ------------------------------------------------------------------------------------
     def finish(self, status: str, reason: str) -> None:
         """Record the run's end: ``status`` (see :data:`STATUSES`) and the one stop reason every surface prints."""
