@@ -15,6 +15,7 @@ from mk.author import flex, paged
 from mk.author import retention
 from mk.author import triangle
 from mk.author import moe
+from mk.author import mla
 from mk.author.emit import Unsupported
 from mk.author.proposal import Proposal
 from mk.author.trace import trace_scales
@@ -35,6 +36,8 @@ TEMPLATES = (
      "Triton when head_dim is a power of two)", attention),
     ("flex_attention", "attention with an additive score bias from an input (FlexAttention score_mod), causal or not, "
      "the bias streamed block by block; kernels from mk/kernels/flash_attention", flex),
+    ("mla", "attention on computed q/k/v (multi-head latent attention, fused QKV projections): the core as flash "
+     "attention, every x @ w projection a Pallas matmul (mk/kernels/gmm, one group), RoPE and reshapes in plain JAX", mla),
     ("cross_entropy", "fused LM-head cross-entropy: the vocabulary matmul with an online log-sum-exp over vocabulary "
      "blocks and the label pick, logits never written to memory (TPU only)", cross_entropy),
     ("conv", "convolution (1-3 spatial axes, stride 1) as an implicit GEMM with the work after it fused per sample "
