@@ -1,9 +1,9 @@
 """Convolution recogniser: one ``conv_general_dilated`` and the work after it, bound to :mod:`mk.kernels.conv`.
 
-Applies when the reference is a single stride-1, undilated, ungrouped
-convolution (1-3 spatial axes, any padding, operands reaching it through
-transposes and casts from two inputs) followed by per-sample work on its
-output: bias, activations, norms whose statistics stay inside one sample
+Applies when the reference is a single stride-1, ungrouped convolution with an
+undilated window (1-3 spatial axes, any padding, operands reaching it through
+transposes, casts and reversals from two inputs) followed by per-sample work on
+its output: bias, activations, norms whose statistics stay inside one sample
 (InstanceNorm, GroupNorm, LayerNorm), pooling over the sample, reductions over
 channels. That work is the *epilogue*: emitted from the jaxpr by
 :mod:`mk.author.emit` and run on each finished tile, so the convolution's output
@@ -12,6 +12,15 @@ never goes to HBM. The kernel itself is not generated: the written file carries
 samples (training-mode BatchNorm) split the epilogue: the kernel fuses the
 per-sample part before the first of them, and the rest runs after the kernel
 on its output, as whole-array JAX (XLA fuses it).
+
+A transposed convolution written as a stride-1 convolution over a zero-dilated
+copy of its input (a scatter into zeros at a stride, ``lax.pad`` with interior
+padding, or the convolution's own ``lhs_dilation``) and a flipped window is
+accepted too: the dilation, the padding and the flip are pure data movement and
+stay in XLA before the kernel (one ``lax.pad``, one ``lax.rev``), and the
+kernel runs the stride-1 convolution over the dilated input as the reference
+does, zeros included (stride**s times the FLOPs of a sub-pixel transposed
+convolution).
 """
 
 from __future__ import annotations
@@ -42,25 +51,171 @@ class Operand:
     index: int  # the task input feeding it
     casts: tuple[str, ...]  # dtype names applied in order
     axes: tuple[int, ...]  # operand axis i is axis axes[i] of the input
+    #: operand axes reversed (``rev``, e.g. a flipped window), applied after the transposes and casts
+    flips: tuple[int, ...] = ()
+    #: per operand axis (lo, hi, interior): zero padding and zero dilation (a scatter into zeros at a stride, or
+    #: ``lax.pad`` with interior padding, as a transposed convolution writes it), applied after the flips; None: none
+    pads: tuple[tuple[int, int, int], ...] | None = None
+
+
+#: primitives that only move data (no arithmetic) between a task input and a convolution operand
+_MOVES = ("convert_element_type", "transpose", "rev", "pad", "scatter", "jit", "pjit")
 
 
 def _trace_back(var: Any, producers: dict[Any, Any], invars: list[Any], used: set[int]) -> Operand:
     casts: list[str] = []
     axes = list(range(len(var.aval.shape)))
+    flips: set[int] = set()  # operand axes reversed after (in program order) the op being read
+    pads: list[tuple[tuple[int, int, int], ...]] = []  # in operand axes, outermost first
     while var not in invars:
         eqn = producers.get(var)
         if eqn is None:
             raise Unsupported("a convolution operand is not an input")
         used.add(id(eqn))
-        if eqn.primitive.name == "convert_element_type":
+        name = eqn.primitive.name
+        if name == "convert_element_type":
             casts.append(str(eqn.params["new_dtype"]))
-        elif eqn.primitive.name == "transpose":
+            var = eqn.invars[0]
+        elif name == "transpose":
             perm = tuple(eqn.params["permutation"])
             axes = [perm[a] for a in axes]
+            var = eqn.invars[0]
+        elif name == "rev":
+            dims = set(eqn.params["dimensions"])
+            flips ^= {i for i, a in enumerate(axes) if a in dims}
+            var = eqn.invars[0]
+        elif name in ("pad", "scatter", "jit", "pjit"):
+            cfg, var = (_zero_pad if name != "scatter" else _zero_dilation)(eqn, producers)
+            # rev(pad(v)) == pad(rev(v)) with lo and hi swapped on the reversed axes
+            pads.append(tuple((cfg[a][1], cfg[a][0], cfg[a][2]) if i in flips else cfg[a]
+                              for i, a in enumerate(axes)))
         else:
-            raise Unsupported(f"a convolution operand is computed by {eqn.primitive.name!r} before the convolution")
+            raise Unsupported(f"a convolution operand is computed by {name!r} before the convolution")
+    return Operand(invars.index(var), tuple(reversed(casts)), tuple(axes), tuple(sorted(flips)),
+                   _compose_pads(list(reversed(pads)), len(axes)))
+
+
+def _feeding(jaxpr: Any, used: set[int]) -> None:
+    """Add to ``used`` the eqns that only feed used ones (the zeros and index arithmetic of a dilation)."""
+    readers: dict[Any, list[Any]] = {}
+    for e in jaxpr.eqns:
+        for v in e.invars:
+            if not hasattr(v, "val"):
+                readers.setdefault(v, []).append(e)
+    outs = set(v for v in jaxpr.outvars if not hasattr(v, "val"))
+    for e in reversed(jaxpr.eqns):
+        if id(e) in used or e.effects:
+            continue
+        if all(o not in outs and readers.get(o) and all(id(r) in used for r in readers[o]) for o in e.outvars):
+            used.add(id(e))
+
+
+def _compose_pads(pads: list[tuple[tuple[int, int, int], ...]], rank: int) -> tuple[tuple[int, int, int], ...] | None:
+    """One (lo, hi, interior) per axis for zero pads applied in order: a dilation first, then edge padding."""
+    if not pads:
+        return None
+    out = [(0, 0, 0)] * rank
+    for cfg in pads:
+        for a, (lo, hi, interior) in enumerate(cfg):
+            lo0, hi0, in0 = out[a]
+            if interior and (lo0 or hi0 or in0):
+                raise Unsupported("a convolution operand is dilated after it is padded")
+            out[a] = (lo0 + lo, hi0 + hi, in0 + interior)
+    return tuple(out)
+
+
+def _is_zero(var: Any, producers: dict[Any, Any]) -> bool:
+    """``var`` is a scalar literal zero, or a broadcast of one (what ``jnp.zeros`` writes), through casts."""
+    from jax._src.core import Literal
+
+    while not isinstance(var, Literal):
+        eqn = producers.get(var)
+        if eqn is None or eqn.primitive.name not in ("convert_element_type", "broadcast_in_dim"):
+            return False
         var = eqn.invars[0]
-    return Operand(invars.index(var), tuple(reversed(casts)), tuple(axes))
+    return np.asarray(var.val).shape == () and float(np.asarray(var.val)) == 0.0
+
+
+def _constant(var: Any, producers: dict[Any, Any]) -> np.ndarray:
+    """The value of ``var`` when it depends on no input (index arithmetic on iotas), evaluated here."""
+    from jax._src.core import Literal
+
+    if isinstance(var, Literal):
+        return np.asarray(var.val)
+    eqn = producers.get(var)
+    if eqn is None or eqn.primitive.name in ("scatter", "pad") or eqn.primitive.name.startswith("random"):
+        raise Unsupported("a convolution operand is scattered to indices that are not index arithmetic on literals "
+                          "and iotas")
+    outs = eqn.primitive.bind(*(_constant(v, producers) for v in eqn.invars), **eqn.params)
+    outs = outs if eqn.primitive.multiple_results else [outs]
+    return np.asarray(outs[eqn.outvars.index(var)])
+
+
+def _zero_pad(eqn: Any, producers: dict[Any, Any]) -> tuple[tuple[tuple[int, int, int], ...], Any]:
+    """(lo, hi, interior) per axis and the padded var of a ``pad`` with zero fill (bare, or as ``jnp.pad``'s jit)."""
+    if eqn.primitive.name == "pad":
+        operand, fill, inner = eqn.invars[0], eqn.invars[1], eqn
+    else:
+        body = eqn.params["jaxpr"].jaxpr
+        pads = [e for e in body.eqns if e.primitive.name == "pad"]
+        if len(pads) != 1 or any(e.primitive.name not in ("pad", "convert_element_type") for e in body.eqns) \
+                or len(body.outvars) != 1 or body.outvars[0] is not pads[0].outvars[0]:
+            raise Unsupported(f"a convolution operand is computed by a jit ({eqn.params.get('name')!r}) that is not "
+                              "a pad")
+        inner = pads[0]
+        outer = dict(zip(body.invars, eqn.invars))
+        inner_producers = {o: e for e in body.eqns for o in e.outvars}
+
+        def lift(v: Any) -> Any:  # an inner var back to the outer var it is a cast of
+            while v not in outer:
+                e = inner_producers.get(v)
+                if e is None or e.primitive.name != "convert_element_type":
+                    return v
+                v = e.invars[0]
+            return outer[v]
+
+        operand, fill = lift(inner.invars[0]), lift(inner.invars[1])
+        if inner.invars[0] not in outer:
+            raise Unsupported("a convolution operand is padded after arithmetic")
+    if not _is_zero(fill, producers):
+        raise Unsupported("a convolution operand is padded with a value other than zero")
+    cfg = tuple((int(lo), int(hi), int(i)) for lo, hi, i in inner.params["padding_config"])
+    if any(v < 0 for c in cfg for v in c):
+        raise Unsupported("a convolution operand is cropped (negative padding)")
+    return cfg, operand
+
+
+def _zero_dilation(eqn: Any, producers: dict[Any, Any]) -> tuple[tuple[tuple[int, int, int], ...], Any]:
+    """(lo, hi, interior) per axis and the scattered var of a scatter into zeros at a stride on some axes
+    (``jnp.zeros(...).at[:, ::s, ::s].set(v)``): the same array as ``lax.pad(v, 0, that)``."""
+    if eqn.params.get("update_jaxpr") is not None or len(eqn.invars) != 3:
+        raise Unsupported("a convolution operand is a scatter that combines values")
+    operand, indices, updates = eqn.invars
+    if not _is_zero(operand, producers):
+        raise Unsupported("a convolution operand is scattered into an array that is not zeros")
+    dn = eqn.params["dimension_numbers"]
+    shape, ushape = tuple(operand.aval.shape), tuple(updates.aval.shape)
+    rank = len(shape)
+    scattered = tuple(dn.inserted_window_dims)
+    window = tuple(a for a in range(rank) if a not in scattered)
+    if (dn.operand_batching_dims or len(ushape) != rank or tuple(dn.update_window_dims) != window
+            or tuple(dn.scatter_dims_to_operand_dims) != scattered or operand.aval.dtype != updates.aval.dtype
+            or any(ushape[a] != shape[a] for a in window)):
+        raise Unsupported("a convolution operand is a scatter other than a strided set into zeros")
+    idx = _constant(indices, producers).astype(np.int64)
+    if idx.shape != (*(ushape[a] for a in scattered), len(scattered)):
+        raise Unsupported("a convolution operand is a scatter other than a strided set into zeros")
+    cfg = [(0, 0, 0)] * rank
+    for t, a in enumerate(scattered):
+        n = ushape[a]
+        start = int(idx.reshape(-1, len(scattered))[0, t])
+        step = int(np.take(idx[..., t], 1, axis=t).reshape(-1)[0]) - start if n > 1 else 1
+        want = start + step * np.arange(n).reshape([n if k == t else 1 for k in range(len(scattered))])
+        if step < 1 or not np.array_equal(idx[..., t], np.broadcast_to(want, idx.shape[:-1])) \
+                or start + step * (n - 1) >= shape[a]:
+            raise Unsupported("a convolution operand is a scatter other than a strided set into zeros")
+        cfg[a] = (start, shape[a] - 1 - start - step * (n - 1), step - 1)
+    return tuple(cfg), updates
 
 
 def _conv_eqn(jaxpr: Any) -> Any:
@@ -74,8 +229,8 @@ def _conv_eqn(jaxpr: Any) -> Any:
     s = len(p["window_strides"])
     if not 1 <= s <= 3:
         raise Unsupported(f"a convolution with {s} spatial axes (1-3 are supported)")
-    if any(v != 1 for v in (*p["window_strides"], *p["lhs_dilation"], *p["rhs_dilation"])):
-        raise Unsupported("a strided or dilated convolution (transposed convolutions included)")
+    if any(v != 1 for v in (*p["window_strides"], *p["rhs_dilation"])):
+        raise Unsupported("a strided convolution or a dilated window")
     if p["feature_group_count"] != 1 or p["batch_group_count"] != 1:
         raise Unsupported("a grouped or depthwise convolution")
     if any(lo < 0 or hi < 0 for lo, hi in p["padding"]):
@@ -101,17 +256,28 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     rhs = _trace_back(conv.invars[1], producers, invars, used)
     if lhs.index == rhs.index:
         raise Unsupported("one input is both the image and the window")
-    x_perm = tuple(lhs.axes[a] for a in (dn.lhs_spec[0], *dn.lhs_spec[2:], dn.lhs_spec[1]))
-    w_perm = tuple(rhs.axes[a] for a in (*dn.rhs_spec[2:], dn.rhs_spec[1], dn.rhs_spec[0]))
+    _feeding(jaxpr, used)
+    if rhs.pads is not None:
+        raise Unsupported("the convolution's window is padded or dilated")
+    x_order = (dn.lhs_spec[0], *dn.lhs_spec[2:], dn.lhs_spec[1])
+    w_order = (*dn.rhs_spec[2:], dn.rhs_spec[1], dn.rhs_spec[0])
+    x_perm = tuple(lhs.axes[a] for a in x_order)
+    w_perm = tuple(rhs.axes[a] for a in w_order)
+    probes = probes_for(task, traced)
+    x_pads, base_pads = _x_padding(conv, lhs, x_order, probes)
+    x_in = tuple(invars[lhs.index].aval.shape[a] for a in x_perm)
+    layout = _Layout(x_perm, w_perm, tuple(j for j, a in enumerate(x_order) if a in lhs.flips),
+                     tuple(j for j, a in enumerate(w_order) if a in rhs.flips), x_pads,
+                     tuple((n - 1) * (i + 1) + 1 + lo + hi for n, (lo, hi, i) in zip(x_in, base_pads)),
+                     _kernel_shape(conv, 1, w_order))
     if len(jaxpr.outvars) != 1:
         raise Unsupported("the conv template writes one output")
-    probes = probes_for(task, traced)
     names = arg_names(task)
     defined = _defined(target)
     if set(names) & defined:
         raise Unsupported(f"an input is named like a function of the kernel module: {sorted(set(names) & defined)}")
     params = [i for i in range(len(invars)) if i not in (lhs.index, rhs.index)]
-    clash = ({"y", "tail", "epilogue"} & set(names)) | ({"x", "w"} & {names[i] for i in params})
+    clash = ({"y", "tail", "epilogue"} & set(names)) | ({"x", "w", "x_pads"} & {names[i] for i in params})
     if clash:
         raise Unsupported(f"an input is named like a local of the written kernel: {sorted(clash)}")
     for i in params:
@@ -141,19 +307,22 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
                               "samples)")
     groups = _channel_groups(parts.emitter.split, cout, kernel_out, jaxpr, probes)
     channel_axes = []
+    # Triton pads an epilogue input's channel axes like the channels, and every other axis to a power of two:
+    # the size of an output pixel axis on the padded tile (a LayerNorm over W has a weight of W's size)
+    pixels = {_size(probes, [e.outvars[0].aval.shape[k] for e in peers]) for k in range(1, s + 1)}
     for i in params:
         sizes = [_size(probes, [t.shapes[i][k] for t in probes.traces]) for k in range(len(invars[i].aval.shape))]
         channel_axes.append(tuple(k for k, z in enumerate(sizes) if z == cout))
-        if gpu and any(z not in ("1", cout) for z in sizes):
-            raise Unsupported(f"input {names[i]!r} has an axis that is neither 1 nor the output channels (Triton "
-                              "pads only the channel axis of an epilogue input)")
-    conv_shapes = Shapes.of(tuple(conv.invars[0].aval.shape), tuple(conv.invars[1].aval.shape),
+        if gpu and any(z not in ("1", cout, *pixels) for z in sizes):
+            raise Unsupported(f"input {names[i]!r} has an axis that is neither 1, the output channels nor an output "
+                              "pixel axis (Triton pads only those axes of an epilogue input)")
+    conv_shapes = Shapes.of(layout.x_shape, layout.w_shape,
                             np_dtype(task.args[lhs.index].dtype).itemsize, fused_epilogue=True)
     tuning = space(target, conv_shapes)
     cfg = default(CHIPS[target], conv_shapes).kwargs(target)
     config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
-    src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, conv, lhs, rhs, x_perm,
-                  w_perm, params, channel_axes, tuning, config, dtype_expr(kernel_out.aval.dtype), tail,
+    src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, conv, lhs, rhs, layout,
+                  params, channel_axes, tuning, config, dtype_expr(kernel_out.aval.dtype), tail,
                   probes.used(*tail.lines, *tail.outputs) if tail else [], groups)
     prims = sorted(p for p in body.primitives if not p.startswith("_"))
     fused = Proposal(
@@ -166,7 +335,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
            "XLA, on its output"),
         template="conv",
     )
-    unfused = _unfused(task, names, target, conv, lhs, rhs, x_perm, w_perm, params, epilogue, jaxpr, probes, taken,
+    unfused = _unfused(task, names, target, conv, lhs, rhs, layout, params, epilogue, jaxpr, probes, taken,
                        np_dtype(task.args[lhs.index].dtype).itemsize)
     return [fused] if unfused is None else [fused, unfused]
 
@@ -193,19 +362,72 @@ def _channel_groups(split: tuple[str, str, str] | None, cout: str, kernel_out: A
                  for e in split[1:])
 
 
-def _operand_lines(conv: Any, x_name: str, w_name: str, lhs: Operand, rhs: Operand, x_perm: tuple[int, ...],
-                   w_perm: tuple[int, ...]) -> tuple[list[str], list[str]]:
-    """The written kernel's lines that bring the inputs to the kernel's layout: x (N, *spatial, Cin) padded as the
-    reference pads, w (*window, Cin, Cout)."""
-    pads = tuple(tuple(int(v) for v in p) for p in conv.params["padding"])
+@dataclass(frozen=True)
+class _Layout:
+    """How the written kernel brings its inputs to the kernel's layout, in the kernel's axes: x (N, *spatial, Cin),
+    w (*window, Cin, Cout)."""
+
+    x_perm: tuple[int, ...]  # kernel axis j of x is axis x_perm[j] of the input
+    w_perm: tuple[int, ...]
+    x_flips: tuple[int, ...]  # kernel axes reversed
+    w_flips: tuple[int, ...]
+    #: (lo, hi, interior) per kernel axis of x as source (numbers, or expressions of the kernel's arguments): the
+    #: reference's zero dilation and padding of the image and the convolution's own padding, composed
+    x_pads: tuple[tuple[str, str, str], ...]
+    x_shape: tuple[int, ...]  # the kernel's x (dilated and padded) and w at the authoring scale
+    w_shape: tuple[int, ...]
+
+
+def _x_padding(conv: Any, lhs: Operand, x_order: tuple[int, ...],
+               probes: Any) -> tuple[tuple[tuple[str, str, str], ...], tuple[tuple[int, int, int], ...]]:
+    """The image's composed zero dilation and padding per kernel axis, at every trace, as source; and its
+    numbers at the authoring scale."""
+    per_trace = []
+    for t, peer in zip(probes.traces, probes.peers(conv)):
+        if peer is conv:
+            op = lhs
+        else:
+            jp = t.jaxpr.jaxpr
+            op = _trace_back(peer.invars[0], {o: e for e in jp.eqns for o in e.outvars}, list(jp.invars), set())
+        cfg = [op.pads[a] if op.pads else (0, 0, 0) for a in x_order]
+        # the convolution's own input dilation (lax.conv_transpose writes one), then its padding
+        dilation = [(0, 0, 0), *((0, 0, int(d) - 1) for d in peer.params["lhs_dilation"]), (0, 0, 0)]
+        padding = [(0, 0, 0), *((int(lo), int(hi), 0) for lo, hi in peer.params["padding"]), (0, 0, 0)]
+        per_trace.append(_compose_pads([tuple(cfg), tuple(dilation), tuple(padding)], len(x_order)))
+    sources = {v.name: v.source for v in probes.vars}
+    return tuple(tuple(re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: sources.get(m.group(0), m.group(0)),
+                              _size(probes, [c[j][m] for c in per_trace])) for m in range(3))
+                 for j in range(len(x_order))), per_trace[0]
+
+
+def _operand_lines(x_name: str, w_name: str, lhs: Operand, rhs: Operand,
+                   layout: _Layout) -> tuple[list[str], list[str]]:
+    """The written kernel's lines that bring the inputs to the kernel's layout: x (N, *spatial, Cin) dilated and
+    padded as the reference does it, w (*window, Cin, Cout)."""
+    x_perm, w_perm, pads = layout.x_perm, layout.w_perm, layout.x_pads
     x_expr = x_name if x_perm == tuple(range(len(x_perm))) else f"jnp.transpose({x_name}, {x_perm})"
     x_expr += "".join(f".astype(jnp.{c})" for c in lhs.casts)
     x_lines = [] if x_expr == "x" else [f"    x = {x_expr}  # channels last: (N, *spatial, Cin)"]
-    if any(lo or hi for lo, hi in pads):
-        x_lines.append(f"    x = jnp.pad(x, ((0, 0), {', '.join(repr(p) for p in pads)}, (0, 0)))  # the padding")
+    if not all(p.isdigit() for c in pads for p in c):  # sizes read from the arguments before x is rebound
+        x_lines.insert(0, f"    x_pads = ({', '.join('(' + ', '.join(c) + ')' for c in pads)},)")
+        pad_expr = "x_pads"
+    else:
+        pad_expr = None
+    if layout.x_flips:
+        x_lines.append(f"    x = lax.rev(x, {layout.x_flips})  # the reference reverses these axes")
+    if any(c[2] != "0" for c in pads):
+        x_lines.append(f"    x = lax.pad(x, jnp.zeros((), x.dtype), "
+                       f"{pad_expr or '(' + ', '.join('(' + ', '.join(c) + ')' for c in pads) + ')'})"
+                       "  # (lo, hi, interior): zeros between the pixels (the input dilation of a transposed "
+                       "convolution) and the padding, as the reference builds its input")
+    elif any(c[:2] != ("0", "0") for c in pads):
+        x_lines.append("    x = jnp.pad(x, " + (f"tuple(c[:2] for c in {pad_expr})" if pad_expr else
+                       "(" + ", ".join(f"({c[0]}, {c[1]})" for c in pads) + ")") + ")  # the padding")
     w_expr = w_name if w_perm == tuple(range(len(w_perm))) else f"jnp.transpose({w_name}, {w_perm})"
     w_expr += "".join(f".astype(jnp.{c})" for c in rhs.casts)
     w_lines = [] if w_expr == "w" else [f"    w = {w_expr}  # (*window, Cin, Cout)"]
+    if layout.w_flips:
+        w_lines.append(f"    w = lax.rev(w, {layout.w_flips})  # the reference flips the window")
     return x_lines, w_lines
 
 
@@ -218,7 +440,7 @@ def _precision(conv: Any) -> str:
 
 
 def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand, rhs: Operand,
-             x_perm: tuple[int, ...], w_perm: tuple[int, ...], params: list[int], epilogue: list[Any], jaxpr: Any,
+             layout: "_Layout", params: list[int], epilogue: list[Any], jaxpr: Any,
              probes: Any, taken: set[str], itemsize: int) -> Proposal | None:
     """The variant that fuses nothing: the kernel writes the convolution (tiled over output channels where the
     channels allow), and the reference's work after it runs in XLA on whole arrays. None when that work has no
@@ -231,14 +453,13 @@ def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand,
     except Unsupported:
         return None
     gpu = kernel_language(target) == "triton"
-    shapes = Shapes.of(tuple(conv.invars[0].aval.shape), tuple(conv.invars[1].aval.shape), itemsize,
-                       fused_epilogue=False)
+    shapes = Shapes.of(layout.x_shape, layout.w_shape, itemsize, fused_epilogue=False)
     tuning = space(target, shapes)
     cfg = default(CHIPS[target], shapes).kwargs(target)
     config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
     used = probes.used(*ep.lines, *ep.outputs)
     x_name, w_name = names[lhs.index], names[rhs.index]
-    x_lines, w_lines = _operand_lines(conv, x_name, w_name, lhs, rhs, x_perm, w_perm)
+    x_lines, w_lines = _operand_lines(x_name, w_name, lhs, rhs, layout)
     s = len(conv.params["window_strides"])
     text = (f"out = epilogue(conv({x_name}, {w_name}){''.join(', ' + n for n in pnames)}): a stride-1 convolution "
             f"as an implicit GEMM, the kernel mk/kernels/conv/{target}.py copied below unchanged, with nothing fused: "
@@ -275,6 +496,12 @@ def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand,
     )
 
 
+def _kernel_shape(conv: Any, at: int, order: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of the convolution's operand ``at`` (0: image, 1: window) in the kernel's layout."""
+    shape = conv.invars[at].aval.shape
+    return tuple(int(shape[a]) for a in order)
+
+
 def _size(probes: Any, values: list[int]) -> str:
     try:
         return probes.dim(values)
@@ -288,7 +515,7 @@ def _defined(target: str) -> set[str]:
 
 
 def _render(task: Task, names: list[str], used: list, body: Any, target: str, conv: Any, lhs: Operand, rhs: Operand,
-            x_perm: tuple[int, ...], w_perm: tuple[int, ...], params: list[int], channel_axes: list[tuple[int, ...]],
+            layout: "_Layout", params: list[int], channel_axes: list[tuple[int, ...]],
             tuning: dict[str, list[Any]], config: dict[str, Any], out_dtype: str, tail: Any = None,
             tail_used: list = (), groups: tuple[str, str] | None = None) -> str:
     gpu = kernel_language(target) == "triton"
@@ -303,7 +530,7 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
     bind = ", ".join(f"{v.name}={v.source}" for v in used)
     acc_dtype = np.dtype(conv.outvars[0].aval.dtype)
     x_name, w_name = names[lhs.index], names[rhs.index]
-    x_lines, w_lines = _operand_lines(conv, x_name, w_name, lhs, rhs, x_perm, w_perm)
+    x_lines, w_lines = _operand_lines(x_name, w_name, lhs, rhs, layout)
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     text = (f"out = epilogue(conv({x_name}, {w_name}){''.join(', ' + n for n in pnames)}), a stride-1 convolution as "

@@ -160,3 +160,167 @@ def test_default_reads_the_chip_and_space_is_valid():
         sp = space(target, big)
         assert sp and all(k in Config.__dataclass_fields__ for k in sp)
         assert "block_cout" not in space(target, Shapes.of((2, 10, 9, 16), (3, 3, 16, 256), fused_epilogue=True))
+
+
+# --- transposed convolutions: a stride-1 conv over the zero-dilated, padded input with the window flipped --------
+
+
+def _dilated(x, stride, pad):
+    """x (N, *S, C) with stride - 1 zeros between its pixels and pad zeros on every spatial side."""
+    cfg = ((0, 0, 0), *((pad, pad, stride - 1),) * (x.ndim - 2), (0, 0, 0))
+    return lax.pad(x, jnp.zeros((), x.dtype), cfg)
+
+
+def _transposed(x, w, stride, pad):
+    """The transposed convolution as XLA writes it (lhs dilation), independent of _dilated: w (*K, Cin, Cout)."""
+    s = x.ndim - 2
+    k = w.shape[:s]
+    specs = {1: ("NWC", "WIO", "NWC"), 2: ("NHWC", "HWIO", "NHWC")}[s]
+    return lax.conv_general_dilated(x, lax.rev(w, tuple(range(s))), (1,) * s, [(n - 1 - pad, n - 1 - pad) for n in k],
+                                    lhs_dilation=(stride,) * s, dimension_numbers=specs)
+
+
+def _layer_norm_last(t, eps=1e-5):
+    """LayerNorm over the last spatial axis of a channels-last tile (1, *O, C), as a transposed-conv block does it
+    after moving channels first: the axis is a pixel axis, not the channels."""
+    mu = jnp.mean(t, axis=-2, keepdims=True)
+    return (t - mu) * lax.rsqrt(jnp.mean((t - mu) ** 2, axis=-2, keepdims=True) + eps)
+
+
+@pytest.mark.parametrize("x_shape,window,cout,stride,pad", [
+    ((2, 5, 8), (4,), 16, 2, 1),          # 1-D, stride 2, kernel 4, padding 1: twice the width
+    ((1, 3, 4, 8), (3, 3), 8, 3, 0),      # 2-D, stride 3 (two zeros between pixels), no padding
+])
+def test_tpu_transposed_conv_with_pixel_layer_norm(x_shape, window, cout, stride, pad):
+    x, w, b = _inputs(x_shape, (*window, x_shape[-1], cout), jnp.float32, seed=5)
+    xd = _dilated(x, stride, window[0] - 1 - pad)
+    ep = lambda t, bias: jax.nn.gelu(_layer_norm_last(t + bias)) * 0.5  # noqa: E731
+    got = _run("tpu", lambda x, w, b: kconv.conv(x, lax.rev(w, tuple(range(len(window)))), b, target="tpu",
+                                                 epilogue=ep), xd, w, b)
+    np.testing.assert_allclose(got, np.asarray(ep(_transposed(x, w, stride, pad), b)), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,window,cout,stride,pad", [
+    ((2, 5, 8), (4,), 6, 2, 1),           # 1-D: output width 10, padded to 16 on the Triton tile
+])
+def test_gpu_transposed_conv_with_pixel_layer_norm(x_shape, window, cout, stride, pad):
+    """The LayerNorm runs over the padded last pixel axis: its statistics mask the padding, and its weight (of
+    that axis's size) is padded to the tile's power of two like any non-channel axis of an epilogue input."""
+    x, w, b = _inputs(x_shape, (*window, x_shape[-1], cout), jnp.float32, seed=6)
+    wo = (x_shape[-2] - 1) * stride + window[-1] - 2 * pad
+    g = jnp.linspace(0.5, 1.5, wo)
+    xd = _dilated(x, stride, window[0] - 1 - pad)
+
+    def ep(t, bias, g):
+        t = t + bias
+        keep = lax.broadcasted_iota(jnp.int32, t.shape, t.ndim - 2) < wo
+        mu = jnp.sum(jnp.where(keep, t, 0.0), axis=-2, keepdims=True) / wo
+        var = jnp.sum(jnp.where(keep, (t - mu) ** 2, 0.0), axis=-2, keepdims=True) / wo
+        return jax.nn.gelu((t - mu) * lax.rsqrt(var + 1e-5) * g[:, None])
+
+    got = _run("gpu", lambda x, w, b, g: kconv.conv(x, lax.rev(w, tuple(range(len(window)))), b, g, target="gpu",
+                                                    epilogue=ep, channel_axes=[(0,), ()]), xd, w, b, g)
+    want = jax.nn.gelu(_layer_norm_last(_transposed(x, w, stride, pad) + b) * g[:, None])
+    np.testing.assert_allclose(got, np.asarray(want), atol=1e-4, rtol=1e-4)
+
+
+# --- the recogniser reads a transposed convolution's input dilation and window flip ------------------------------
+
+
+def _operands(fn, *shapes):
+    """The conv recogniser's reading of the image and window operands of ``fn``'s one convolution."""
+    from mk.author import conv as author
+
+    jaxpr = jax.make_jaxpr(fn)(*(jnp.zeros(sh, jnp.float32) for sh in shapes)).jaxpr
+    eqn = author._conv_eqn(jaxpr)
+    producers = {o: e for e in jaxpr.eqns for o in e.outvars}
+    return [author._trace_back(eqn.invars[k], producers, list(jaxpr.invars), set()) for k in (0, 1)]
+
+
+def _nwc(x, w):
+    return lax.conv_general_dilated(x, w, (1,), "VALID", dimension_numbers=("NWC", "WIO", "NWC"))
+
+
+def test_recogniser_reads_a_strided_set_into_zeros_as_a_dilation():
+    def fn(x, w):  # x (N, C, W): channels last, 2 zeros between pixels from offset 1, then padded by 2
+        xt = jnp.transpose(x, (0, 2, 1))
+        d = jnp.zeros((2, 15, 4), jnp.float32).at[:, 1::3, :].set(xt)
+        return _nwc(jnp.pad(d, ((0, 0), (2, 2), (0, 0))), jnp.transpose(w, (2, 0, 1))[::-1])
+
+    x_op, w_op = _operands(fn, (2, 4, 5), (4, 8, 3))
+    assert x_op.axes == (0, 2, 1) and x_op.pads == ((0, 0, 0), (3, 3, 2), (0, 0, 0))  # 15 = 1 + 3 * 4 + 2
+    assert w_op.flips == (0,) and w_op.pads is None
+    x = jax.random.normal(jax.random.key(0), (2, 4, 5))
+    want = lax.pad(jnp.transpose(x, (0, 2, 1)), 0.0, x_op.pads)
+    got = jnp.pad(jnp.zeros((2, 15, 4)).at[:, 1::3, :].set(jnp.transpose(x, (0, 2, 1))), ((0, 0), (2, 2), (0, 0)))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("build,reason", [
+    (lambda xt: jnp.ones((2, 9, 4)).at[:, ::2].set(xt), "not zeros"),                       # a base of ones
+    (lambda xt: jnp.zeros((2, 9, 4)).at[:, ::2].add(xt), "scatter-add"),                     # adds, not sets
+    (lambda xt: jnp.zeros((2, 9, 4)).at[:, lax.iota(jnp.int32, 5) ** 2 // 3].set(xt), "strided"),  # uneven gaps
+    (lambda xt: jnp.zeros((2, 9, 4)).at[:, jnp.array([0, 2, 4, 6, 8])].set(xt), "not index arithmetic"),
+    (lambda xt: lax.pad(jnp.pad(xt, ((0, 0), (1, 1), (0, 0))), 0.0, ((0, 0, 0), (0, 0, 1), (0, 0, 0))),
+     "dilated after it is padded"),
+    (lambda xt: jnp.pad(xt, ((0, 0), (2, 2), (0, 0)), constant_values=1.0), "other than zero"),
+])
+def test_recogniser_declines_data_movement_that_is_not_a_zero_dilation(build, reason):
+    from mk.author.emit import Unsupported
+
+    with pytest.raises(Unsupported, match=reason):
+        _operands(lambda x, w: _nwc(build(jnp.transpose(x, (0, 2, 1))), w), (2, 4, 5), (3, 4, 8))
+
+
+def test_author_writes_the_transposed_conv_task_standalone_and_general():
+    """28k (ConvTranspose3d as a conv over the dilated input, then LayerNorm over the output W, GELU, scaling):
+    the written file dilates and pads in XLA, flips the window, and fuses the rest; right at sizes never traced."""
+    import dataclasses
+
+    from mk.author import conv as author
+    from mk.author.trace import trace_scales
+    from mk.harness.static import check_source
+    from mk.loaders import load_task
+
+    task = load_task("jaxbench:28k_ConvTranspose3d_LayerNorm_GELU_Scaling")
+    task = task.with_scales({"ci": task.scale("ci")})
+    prop = author.propose(task, trace_scales(task), "gpu")[0]
+    assert prop.name == "conv-epilogue-gpu" and "import mk" not in prop.source
+    assert "lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (2, 2, 1), (2, 2, 1), (2, 2, 1), (0, 0, 0)))" in prop.source
+    assert "w = lax.rev(w, (0, 1, 2))" in prop.source
+    assert check_source(prop.source, target="gpu", require_pallas=True).ok
+    ci = task.scale("ci")
+    moved = task.with_scales({"ci": dataclasses.replace(ci, dims={**ci.dims, "N": 1, "D": 2, "H": 3, "Cout": 5})})
+    ns = {}
+    exec(compile(prop.source, "candidate", "exec"), ns)
+    xs = moved.make_inputs("ci", 1, "normal")
+    want = np.asarray(moved.bind(moved.reference, "ci")(*xs), np.float32)
+    got = _run("gpu", moved.bind(lambda *a: ns["kernel"](*a), "ci"), *xs)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def _conv_transpose_reference(x, conv_weight, conv_bias, ln_weight, ln_bias, stride, padding, kernel_size, eps,
+                              scaling_factor):
+    """28k's reference with the input dilation left to the convolution (lhs_dilation, as lax.conv_transpose)."""
+    q = kernel_size - 1 - padding
+    y = lax.conv_general_dilated(jnp.transpose(x, (0, 2, 3, 4, 1)),
+                                 jnp.transpose(conv_weight, (2, 3, 4, 1, 0))[::-1, ::-1, ::-1], (1, 1, 1),
+                                 [(q, q)] * 3, lhs_dilation=(stride,) * 3, dimension_numbers=("NDHWC", "DHWOI", "NDHWC"))
+    y = jnp.transpose(y + conv_bias, (0, 4, 1, 2, 3))
+    mu, var = jnp.mean(y, axis=-1, keepdims=True), jnp.var(y, axis=-1, keepdims=True)
+    return jax.nn.gelu((y - mu) / jnp.sqrt(var + eps) * ln_weight + ln_bias) * scaling_factor
+
+
+def test_author_reads_lhs_dilation_like_a_scatter_into_zeros():
+    """The convolution's own input dilation writes the same kernel as the dilated copy the reference builds."""
+    import dataclasses
+
+    from mk.author import conv as author
+    from mk.author.trace import trace_scales
+    from mk.loaders import load_task
+
+    task = load_task("jaxbench:28k_ConvTranspose3d_LayerNorm_GELU_Scaling")
+    task = task.with_scales({"ci": task.scale("ci")})
+    other = dataclasses.replace(task, reference=_conv_transpose_reference)
+    assert author.propose(other, trace_scales(other), "tpu")[0].source == \
+        author.propose(task, trace_scales(task), "tpu")[0].source
