@@ -1,7 +1,9 @@
-"""The attention-core recogniser (mk.author.mla): 3p's multi-head latent attention keeps its projections and RoPE as
-plain JAX written back from the jaxpr and fuses the causal core (value head_dim != query/key head_dim) with
-mk.kernels.flash_attention, both schedules, standalone and right on both targets; plain attention on inputs is left
-to the attention template, and a core whose scores carry something else is declined."""
+"""The attention-core recogniser (mk.author.mla): 3p's multi-head latent attention keeps RoPE and the reshapes as
+plain JAX written back from the jaxpr, runs its six x @ w projections as Pallas matmuls (mk.kernels.gmm, one group)
+and fuses the causal core (value head_dim != query/key head_dim) with mk.kernels.flash_attention, both schedules,
+standalone and right on both targets; plain attention on inputs is left to the attention template, and a core whose
+scores carry something else is declined. (tests/kernels/test_mla_registered.py: the registered template on a tiny
+MLA, with the judge's rule 15 checked in-process.)"""
 
 import jax
 import jax.numpy as jnp
