@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from mk.author.emit import Emitted, Emitter, Unsupported, dtype_expr
 from mk.author.pooling import PoolEmitter
+from mk.author.ir import xla_precision
 
 
 #: the row-local emitter's refusals that end the fused part: a reduction across rows, a reshape or transpose of them,
@@ -41,9 +42,8 @@ class WholeEmitter(PoolEmitter):
         ins = [self._ref(a) for a in eqn.invars]
         p = eqn.params
         if prim == "dot_general":
-            prec = p.get("precision")
-            first = prec[0] if isinstance(prec, tuple) else prec
-            prec_expr = "None" if first is None else f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
+            f32 = any(str(getattr(a.aval, "dtype", "")) == "float32" for a in eqn.invars)
+            prec_expr = xla_precision(p.get("precision"), f32)  # a dot XLA runs: HIGHEST where the task is float32
             pref = p.get("preferred_element_type")
             pref_expr = "None" if pref is None else dtype_expr(pref)
             (lc, rc), (lb, rb) = p["dimension_numbers"]

@@ -345,6 +345,37 @@ def _check_declared_envelope(run: _Run) -> None:
                                                f"excludes scale {scale}: {OUTSIDE}: {why}")
 
 
+def check_facts(run: _Run, scale: str, facts: dict[str, Any], part: str = "") -> None:
+    """The tracer's claims about one traced program that reject it (the forward's; ``part`` names another, e.g. the
+    backward, in the reason)."""
+    if facts.get("platform_dependent"):
+        raise _Verdict("rejected", f"platform-dependent code (lax.platform_dependent) at scale {scale}{part}: the program "
+                                   "checked on this machine would not be the one the device runs")
+    if facts.get("shared_output_blocks"):
+        raise _Verdict("rejected", f"{facts['shared_output_blocks'][0]} at scale {scale}{part}: Triton runs grid points "
+                                   "concurrently, so they race on it; reduce inside one program instead")
+    if facts.get("candidate_interpret") and not run.target.host:
+        raise _Verdict("rejected", f"the candidate sets interpret mode on its kernel ({facts['candidate_interpret'][0]}){part}: "
+                                   f"on a {run.target.name} it would never run as a kernel; leave interpret to the judge")
+
+
+def check_precision(run: _Run, scale: str, facts: dict[str, Any], target_program: Any, part: str = "") -> None:
+    """Rules 11 and 18 on one exported program: DMA write races (TPU), and float32 dots below HIGHEST precision
+    outside its kernels (the judge reads the program) or inside them (the tracer's claim) on a task whose
+    reference runs at HIGHEST. ``part`` names the program in the reason when it is not the forward."""
+    from mk.harness import program
+
+    if facts.get("dma_races") and run.target.interpreter == "tpu":
+        raise _Verdict("rejected", f"{facts['dma_races'][0]} at scale {scale}{part} (a write/write DMA race: wait for the "
+                                   "first copy, or use separate buffers)")
+    if not run.target.host and _pins_highest(run.task) and program.low_precision_xla_dots(target_program.mlir_module()):
+        raise _Verdict("rejected", f"a float32 dot outside the kernels runs below HIGHEST precision at scale {scale}{part} "
+                                   "(one bf16 pass on a TPU, TF32 on a GPU) on a task whose reference runs at HIGHEST")
+    if facts.get("low_precision_dots") and _pins_highest(run.task):
+        raise _Verdict("rejected", f"{facts['low_precision_dots'][0]}{part} on a float32 task whose reference runs at "
+                                   "HIGHEST precision (one bf16 pass on a TPU): use precision=HIGHEST in the kernel")
+
+
 def _check_programs(run: _Run) -> None:
     """Rules 1, 16, 17, 18, 19 on the exported programs (the tracer's facts only add reasons)."""
     import jax
@@ -357,15 +388,7 @@ def _check_programs(run: _Run) -> None:
         if facts.get("callbacks"):
             raise _Verdict("rejected", f"host callback ({', '.join(map(str, facts['callbacks']))}) in the candidate's program at "
                                        f"scale {scale}: the computation must run on the device, not in Python")
-        if facts.get("platform_dependent"):
-            raise _Verdict("rejected", f"platform-dependent code (lax.platform_dependent) at scale {scale}: the program "
-                                       "checked on this machine would not be the one the device runs")
-        if facts.get("shared_output_blocks"):
-            raise _Verdict("rejected", f"{facts['shared_output_blocks'][0]} at scale {scale}: Triton runs grid points "
-                                       "concurrently, so they race on it; reduce inside one program instead")
-        if facts.get("candidate_interpret") and not run.target.host:
-            raise _Verdict("rejected", f"the candidate sets interpret mode on its kernel ({facts['candidate_interpret'][0]}): on a "
-                                       f"{run.target.name} it would never run as a kernel; leave interpret to the judge")
+        check_facts(run, scale, facts)
         files = {form: facts.get(f"{form}_file") for form in ("target", "cpu")}
         for form, name in files.items():
             if name is not None and (not isinstance(name, str) or "/" in name or name.startswith(".")):
@@ -399,15 +422,7 @@ def _check_programs(run: _Run) -> None:
         why = _structure_mismatch(want, exported["target"])
         if why:
             raise _Verdict("incorrect", f"scale {scale}: {why}")
-        if facts.get("dma_races") and run.target.interpreter == "tpu":
-            raise _Verdict("rejected", f"{facts['dma_races'][0]} at scale {scale} (a write/write DMA race: wait for the "
-                                       "first copy, or use separate buffers)")
-        if not run.target.host and _pins_highest(run.task) and program.low_precision_xla_dots(exported["target"].mlir_module()):
-            raise _Verdict("rejected", f"a float32 dot outside the kernels runs below HIGHEST precision at scale {scale} "
-                                       "(one bf16 pass on a TPU, TF32 on a GPU) on a task whose reference runs at HIGHEST")
-        if facts.get("low_precision_dots") and _pins_highest(run.task):
-            raise _Verdict("rejected", f"{facts['low_precision_dots'][0]} on a float32 task whose reference runs at HIGHEST "
-                                       "precision (one bf16 pass on a TPU): use precision=HIGHEST in the kernel")
+        check_precision(run, scale, facts, exported["target"])
         run.exported[scale] = exported
         facts["kernel_calls"] = len(kernels)
         if files["cpu"] is None and not run.on_device and not run.target.host:

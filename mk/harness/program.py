@@ -568,8 +568,9 @@ def work(exported: Any) -> Work:
     """Operations of ``exported``'s main function, counted from its StableHLO: a dot or a convolution as 2·MACs,
     any other computing op as one per result element (integer arithmetic included; pure data movement not), a
     reduction or a scatter as its combiner times the elements it combines, a ``while`` loop's body times its trip
-    count where the loop counts (``i < n``, ``i != n``, ``i > n`` … from a constant start by a constant step;
-    otherwise once, and reported in :attr:`Work.unknown_loops`), a conditional as its most expensive branch,
+    count where the loop counts (``i < n``, ``i != n``, ``i > n`` … from a constant start by a constant step, the
+    compare being what the condition returns; otherwise once per element of the largest value it carries, and
+    reported in :attr:`Work.unknown_loops`), a conditional as its most expensive branch,
     calls and composites followed into their functions. XLA's own cost analysis counts a loop body once, which
     lets work hide in a ``fori_loop``."""
     from jax._src.lib.mlir import ir
@@ -605,8 +606,12 @@ def work(exported: Any) -> Work:
                 body = region_cost(op.regions[0]) + region_cost(op.regions[1])
                 trips = _trip_count(ir, op)
                 if trips is None:
-                    out.unknown_loops += body
-                    return body
+                    # an unreadable trip count is taken as one trip per element of the largest value the loop
+                    # carries (a loop over rows, or over elements, of what it updates); counted once it would hide
+                    # a whole computation done a row per trip
+                    bound = max((_size(ir, v.type) for v in op.operands if _ranked(ir, v.type)), default=1)
+                    out.unknown_loops += max(1, bound) * body
+                    return max(1, bound) * body
                 return trips * body
             if short in ("case", "if"):
                 return max((region_cost(r) for r in op.regions), default=0.0)
@@ -679,7 +684,12 @@ def _trip_count(ir: Any, op: Any) -> int | None:
     constant and the body adds a constant to it. None when the loop is not of that form."""
     try:
         cond = op.regions[0].blocks[0]
-        cmp = next(o for o in cond.operations if o.operation.name == "stablehlo.compare")
+        # the compare the condition returns, and only that one: a first compare that is not what the loop tests
+        # (``(j < 1) | (i < n)``) would give a wrong trip count
+        returned = list(cond.operations)[-1].operands[0].owner
+        cmp = getattr(returned, "operation", returned)
+        if cmp.name != "stablehlo.compare":
+            return None
         direction = str(cmp.attributes["comparison_direction"]).rsplit(" ", 1)[-1].strip(">")
         lhs, rhs = cmp.operands
         k = next(i for i, a in enumerate(cond.arguments) if a == lhs)
@@ -699,7 +709,7 @@ def _trip_count(ir: Any, op: Any) -> int | None:
         if direction == "GE" and step < 0 and span <= 0:
             return (-span) // -step + 1
         return None
-    except (StopIteration, ValueError, TypeError, KeyError, IndexError):
+    except (StopIteration, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
 
 

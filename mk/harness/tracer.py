@@ -41,7 +41,8 @@ def _setup() -> None:
     """Everything that does not depend on the candidate, done before it is known (a warm spare waits here)."""
     import jax
 
-    jax.config.update("jax_default_matmul_precision", "highest")
+    # no jax_default_matmul_precision here: the candidate is exported with the precision it states, as it runs in a
+    # user's program (a global "highest" would hide a default-precision float32 dot from the precision rule)
     jax.devices()  # initialise backends before the policy closes the file system
     import jax.experimental.pallas  # noqa: F401
     from jax import export  # noqa: F401
@@ -209,16 +210,12 @@ def trace(request: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "scales": scales, "seconds": seconds}
 
 
-def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: Any) -> dict[str, Any]:
-    import jax
-    from jax import export
-    from jax.extend import core as jcore
-
+def _facts(closed: Any, target: Any) -> dict[str, Any]:
+    """What the judge reads from one traced jaxpr (claims: they can only add reasons to reject), for the forward and
+    the backward alike."""
     from mk.harness import program
 
-    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*structs)  # the one trace of this scale
-    out_tree = jax.tree_util.tree_structure(shapes)
-    facts = {
+    return {
         "kernels": [program.kernel_label(e) for e in program.pallas_eqns(closed.jaxpr)],
         "candidate_interpret": program.candidate_interpret(closed.jaxpr),
         "callbacks": program.callbacks(closed.jaxpr),
@@ -229,6 +226,18 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         "platform_dependent": program.platform_dependent(closed.jaxpr),
         "shared_output_blocks": program.shared_output_blocks(closed.jaxpr) if target.kernel_language == "triton" else [],
     }
+
+
+def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: Any) -> dict[str, Any]:
+    import jax
+    from jax import export
+    from jax.extend import core as jcore
+
+    from mk.harness import program
+
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*structs)  # the one trace of this scale
+    out_tree = jax.tree_util.tree_structure(shapes)
+    facts = _facts(closed, target)
     if facts["callbacks"]:
         return {**facts, "target_file": None, "cpu_file": None}
 
@@ -295,8 +304,7 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
         return {"error": f"{type(exc).__name__}: {_first_line(exc)}"}
     name = s["name"]
     flat = jcore.jaxpr_as_fun
-    out: dict[str, Any] = {"kernels": [program.kernel_label(e) for e in program.pallas_eqns(closed.jaxpr)],
-                           "callbacks": program.callbacks(closed.jaxpr)}
+    out: dict[str, Any] = _facts(closed, target)
     if out["callbacks"]:
         return {**out, "error": f"host callback in the backward ({out['callbacks'][0]})"}
     args = [*structs, *cts]
