@@ -33,7 +33,7 @@ import numpy as np
 from mk.author.emit import Unsupported
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.proposal import Proposal
-from mk.author.trace import Traced
+from mk.author.trace import Traced, smallest_scale
 from mk.author.emit import family_section, file_head
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.attention_bwd import with_backward  # the backward section (kernel_bwd), one hook in propose
@@ -204,7 +204,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
         other = recognise(from_jaxpr(t.jaxpr))
         if (other.layout, other.out_layout, other.q, other.k, other.v) != (pat.layout, pat.out_layout, pat.q, pat.k, pat.v):
             raise Unsupported("the attention layout changes between scales")
-    causal = _causal(task, t0.scale, pat)
+    causal = _causal(task, smallest_scale(traced), pat)
     prog = from_jaxpr(t0.jaxpr)
     dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
     if not causal and any(op.prim == "select_n" for op in prog.ops[dots[0]:dots[1]]):

@@ -23,7 +23,7 @@ from mk.author.emit import Unsupported
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.probe import probes_for
 from mk.author.proposal import Proposal
-from mk.author.trace import Traced
+from mk.author.trace import Traced, smallest_scale
 from mk.kernels.flash_attention import SCHEDULES
 from mk.task import Task
 from mk.targets import kernel_language
@@ -131,7 +131,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
         if (other.layout, other.out_layout, other.q, other.k, other.v) != (pat.layout, pat.out_layout, pat.q, pat.k, pat.v) \
                 or find_bias(other_prog, other) != (arg, steps):
             raise Unsupported("the attention layout or its bias changes between scales")
-    causal = attention._causal(task, t0.scale, pat, _bias_of(arg, steps), what="softmax attention with an additive "
+    causal = attention._causal(task, smallest_scale(traced), pat, _bias_of(arg, steps), what="softmax attention with an additive "
                                f"bias from {task.args[arg].name}")
     dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
     if not causal and any(op.prim == "select_n" for op in prog.ops[dots[0]:dots[1]]):

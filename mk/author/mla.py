@@ -42,7 +42,7 @@ from mk.author.emit import dtype_expr
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
-from mk.author.trace import Traced
+from mk.author.trace import Traced, smallest_scale
 from mk.kernels.flash_attention import SCHEDULES, Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.kernels.flash_attention.reference import attention as reference_attention
 from mk.kernels.gmm import gpu as gmm_gpu, tpu as gmm_tpu
@@ -334,8 +334,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
         raise Unsupported(f"an input is named like a name of the written kernel: {sorted(clash)}")
     stand_in = _body(task, cores, probes, names, "_core", scale_expr, "")
     used = probes.used(*stand_in)
-    smallest = min(traced, key=lambda t: sum(math.prod(s) for s in t.shapes)).scale  # the probe runs it on a CPU
-    causal = _causal(task, smallest, stand_in, used)
+    causal = _causal(task, smallest_scale(traced), stand_in, used)  # the probe runs the reference on a CPU
     score_dtype = attention._score_dtype(attention._scores_dtype(c0.prog, c0.d1))
     gpu = kernel_language(target) == "triton"
     qs, ks, vs = (tuple(x.shape[i] for i in lay) for x, lay in ((c0.q, c0.q_layout), (c0.k, c0.k_layout),

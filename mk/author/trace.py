@@ -29,3 +29,11 @@ def trace_scales(task: Task) -> list[Traced]:
         closed = jax.make_jaxpr(task.bind(task.reference, name))(*task.arg_structs(name))
         out.append(Traced(name, closed, task.shapes(name)))
     return out
+
+
+def smallest_scale(traced: list[Traced]) -> str:
+    """The scale with the fewest input elements: where a recogniser runs the reference on a CPU to probe it (a
+    task's first scale may be ``full``, gigabytes on a laptop)."""
+    import math
+
+    return min(traced, key=lambda t: sum(math.prod(s) for s in t.shapes)).scale
