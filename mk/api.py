@@ -291,13 +291,34 @@ class OptimizedFunction:
         def bwd(leaves: tuple[Any, ...], cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
             if kernel_bwd is None:
                 return jax.vjp(reference_flat, *leaves)[1](cotangents)
-            # the residuals are the inputs: the written backward recomputes what it needs (row statistics, the lse)
-            ct = cotangents[0] if len(cotangents) == 1 else tuple(cotangents)
-            grads = tuple(spec.call(functools.partial(kernel_bwd, ct), leaves, static))
-            if len(grads) != len(leaves):
-                raise MkError(f"{self.task.name}: the kernel's backward returned {len(grads)} cotangents for "
-                              f"{len(leaves)} inputs", hint="the judge checks this; re-run mk.optimize with cache=False")
-            return tuple(None if g is None or not _differentiable(x) else g for g, x in zip(grads, leaves))
+            n, want = len(leaves), [i for i, x in enumerate(leaves) if _differentiable(x)]
+
+            def kernel_bwd_flat(*args: Any) -> tuple[Any, ...]:
+                # the residuals are the inputs: the written backward recomputes what it needs (row statistics, lse)
+                cts = args[n:]
+                ct = cts[0] if len(cts) == 1 else tuple(cts)
+                grads = tuple(spec.call(functools.partial(kernel_bwd, ct), args[:n], static))
+                if len(grads) != n:
+                    raise MkError(f"{self.task.name}: the kernel's backward returned {len(grads)} cotangents for "
+                                  f"{n} inputs", hint="the judge checks this; re-run mk.optimize with cache=False")
+                return tuple(grads[i] for i in want)
+
+            def reference_bwd_flat(*args: Any) -> tuple[Any, ...]:
+                grads = jax.vjp(reference_flat, *args[:n])[1](tuple(args[n:]))
+                return tuple(grads[i] for i in want)
+
+            backward = custom_batching.custom_vmap(kernel_bwd_flat)
+
+            @backward.def_vmap
+            def _batched_bwd(axis_size: int, in_batched: Sequence[bool], *args: Any) -> tuple[Any, Any]:
+                # like the forward: the backward kernel was judged at unbatched shapes only
+                self.calls["batched"] += 1
+                self._fallback(f"the backward under jax.vmap (a batch of {axis_size}) was never verified")
+                out = jax.vmap(reference_bwd_flat, in_axes=tuple(0 if b else None for b in in_batched))(*args)
+                return out, tuple(True for _ in out)
+
+            got = dict(zip(want, backward(*leaves, *cotangents)))
+            return tuple(got.get(i) for i in range(n))
 
         run.defvjp(fwd, bwd)
         return jax.jit(run)

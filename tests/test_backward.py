@@ -16,6 +16,7 @@ import mk
 from mk.author import OfflineAuthor
 from mk.harness import program
 from mk.harness.evaluate import evaluate
+from mk.errors import FallbackWarning
 from mk.harness.gradient import declares_backward
 from mk.loaders import load_task
 
@@ -69,6 +70,17 @@ def test_grad_through_an_optimised_rmsnorm_runs_the_backward_kernel(where):
     w = 1 + 0.1 * jax.random.normal(k[1], (256,))
     ref = lambda x, w: rmsnorm(x, w, 1e-6)  # noqa: E731
     _grad_check(fast, ref, (x, w), "norm_bwd_tpu", (0, 1), 1e-4)
+    # under jax.vmap the backward, like the forward, runs the reference's VJP (its batched shapes were never judged)
+    xs = jnp.stack([x, x * 0.5 - 1.0])
+    loss_fast = lambda x, w: jnp.sum(fast.run_kernel(x, w) ** 2)  # noqa: E731
+    loss_ref = lambda x, w: jnp.sum(ref(x, w) ** 2)  # noqa: E731
+    with fast._target.execution(), pytest.warns(FallbackWarning, match="backward under jax.vmap"):
+        got = jax.vmap(jax.grad(loss_fast, argnums=(0, 1)), in_axes=(0, None))(xs, w)
+        closed = jax.make_jaxpr(jax.vmap(jax.grad(loss_fast, argnums=(0, 1)), in_axes=(0, None)))(xs, w)
+    want = jax.vmap(jax.grad(loss_ref, argnums=(0, 1)), in_axes=(0, None))(xs, w)
+    for g, r in zip(got, want):
+        assert np.abs(np.asarray(g) - np.asarray(r)).max() <= 1e-4 * np.abs(np.asarray(r)).max()
+    assert not [k for k in map(program.kernel_label, program.pallas_eqns(closed.jaxpr)) if k.startswith("norm_bwd")]
 
 
 # --- the judge refuses a wrong backward ---------------------------------------------------------------------------
