@@ -215,7 +215,8 @@ EXPECTED = [
     Expect("r6_control_bwd_rmsnorm.py", "grms", "tpu", ("correct",), r"backward \(kernel_bwd\) matches the reference's VJP"),
     Expect("r6_control_bwd_nan_reference.py", "gsqrt", "tpu", ("correct",), r"reference gradient entries were NaN/inf and not compared"),
     Expect("r6_bwd_nan_reference_grad.py", "gsqrt", "tpu", ("incorrect",), r"gradient of x differs from the reference's VJP"),
-    Expect("r6_bwd_cotangent_stats.py", "grms", "tpu", ("incorrect",), r"(constant cotangent|cotangent of \S+/N)"),
+    # honest only where the cotangent's std is 1: since round 8 no judged cotangent has a fixed std
+    Expect("r6_bwd_cotangent_stats.py", "grms", "tpu", ("incorrect",), r"cotangent.*differs from the reference's VJP"),
     Expect("r6_bwd_large_magnitude.py", "grms", "tpu", ("incorrect",), r"large_magnitude case"),
     Expect("r6_bwd_small_entries_flipped.py", "grms", "tpu", ("incorrect",), r"elementwise bound"),
     Expect("r7_bwd_reference_vjp_through_copy.py", "grms", "tpu", ("rejected",), r"run outside the backward's kernels"),
