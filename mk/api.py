@@ -272,14 +272,21 @@ class OptimizedFunction:
             a, kw = spec.user_arguments(leaves, static)
             return tuple(jax.tree_util.tree_leaves(reference(*a, **kw)))
 
-        primal = custom_batching.custom_vmap(kernel_flat)
+        def unbatched_only(fn: Callable[..., Any], fallback: Callable[..., Any], why: str) -> Any:
+            """``fn`` as judged (unbatched shapes); under jax.vmap, ``fallback`` (the reference's form) instead,
+            with one FallbackWarning: a kernel's batched shapes were never judged."""
+            wrapped = custom_batching.custom_vmap(fn)
 
-        @primal.def_vmap
-        def _batched(axis_size: int, in_batched: Sequence[bool], *leaves: Any) -> tuple[Any, Any]:
-            self.calls["batched"] += 1
-            self._fallback(f"under jax.vmap (a batch of {axis_size}) the kernel's batched shapes were never verified")
-            out = jax.vmap(reference_flat, in_axes=tuple(0 if b else None for b in in_batched))(*leaves)
-            return out, tuple(True for _ in out)
+            @wrapped.def_vmap
+            def _batched(axis_size: int, in_batched: Sequence[bool], *args: Any) -> tuple[Any, Any]:
+                self.calls["batched"] += 1
+                self._fallback(f"{why} under jax.vmap (a batch of {axis_size}) was never verified")
+                out = jax.vmap(fallback, in_axes=tuple(0 if b else None for b in in_batched))(*args)
+                return out, tuple(True for _ in out)
+
+            return wrapped
+
+        primal = unbatched_only(kernel_flat, reference_flat, "the kernel")
 
         @jax.custom_vjp
         def run(*leaves: Any) -> tuple[Any, ...]:
@@ -307,16 +314,7 @@ class OptimizedFunction:
                 grads = jax.vjp(reference_flat, *args[:n])[1](tuple(args[n:]))
                 return tuple(grads[i] for i in want)
 
-            backward = custom_batching.custom_vmap(kernel_bwd_flat)
-
-            @backward.def_vmap
-            def _batched_bwd(axis_size: int, in_batched: Sequence[bool], *args: Any) -> tuple[Any, Any]:
-                # like the forward: the backward kernel was judged at unbatched shapes only
-                self.calls["batched"] += 1
-                self._fallback(f"the backward under jax.vmap (a batch of {axis_size}) was never verified")
-                out = jax.vmap(reference_bwd_flat, in_axes=tuple(0 if b else None for b in in_batched))(*args)
-                return out, tuple(True for _ in out)
-
+            backward = unbatched_only(kernel_bwd_flat, reference_bwd_flat, "the backward")
             got = dict(zip(want, backward(*leaves, *cotangents)))
             return tuple(got.get(i) for i in range(n))
 
