@@ -403,13 +403,13 @@ def bounds(task: Any, i: int) -> tuple[bool, float, tuple[float, float]]:
 
 
 def judge_case(run: Any, scale: str, inputs: list[np.ndarray], ct: list[np.ndarray], expected: list[np.ndarray],
-               got: list[np.ndarray]) -> tuple[bool, float, int, str, str]:
-    """One gradient case, each gradient by its own bounds (:func:`bounds`), then, where they refuse it, by the
-    yardstick rule against the VJP in higher precision (float32 for a 16-bit gradient, float64 for a float32 one).
+               got: list[np.ndarray], limits: list[tuple[bool, float, tuple[float, float]]]
+               ) -> tuple[bool, float, int, str, str]:
+    """One gradient case, each gradient by its own bounds (``limits``: :func:`bounds` of each), then, where they
+    refuse it, by the yardstick rule against the VJP in higher precision (float32 for a 16-bit gradient, float64 for a float32 one).
     (ok, worst error, which gradient, why not ok, the yardstick rule's words)."""
     from mk.harness.compare import F32_MAX_FACTOR, F32_RMS_FACTOR
 
-    want = differentiable(run.task)
     higher: dict[str, list[np.ndarray] | None] = {}
 
     def truth(kind: str) -> list[np.ndarray] | None:
@@ -419,8 +419,7 @@ def judge_case(run: Any, scale: str, inputs: list[np.ndarray], ct: list[np.ndarr
         return higher[kind]
 
     worst_all, where, words = 0.0, 0, []
-    for k, i in enumerate(want):
-        low, tol, elem = bounds(run.task, i)
+    for k, (low, tol, elem) in enumerate(limits):
         ok, worst, _, why = compare([expected[k]], [got[k]], tol, elem)
         rule = ""
         if not ok and low:
@@ -453,6 +452,7 @@ def check(run: Any) -> str:
         return ""
     want = differentiable(run.task)
     work_note = ablate(run)  # the backward's kernels do its work (rule 15), before any case runs
+    limits = [bounds(run.task, i) for i in want]  # per gradient, from its input's dtype: the same at every case
     form = "bwd_target" if run.on_device or run.target.host else "bwd_cpu"
     worst_all, judged, skipped = 0.0, 0, 0
     fair_words: list[str] = []
@@ -481,7 +481,7 @@ def check(run: Any) -> str:
             got = load_arrays(folder, "out")
             shutil.rmtree(folder, ignore_errors=True)
             expected = reference_vjp(run.task, scale, inputs, ct)
-            ok, worst, k, why, rule = judge_case(run, scale, inputs, ct, expected, got)
+            ok, worst, k, why, rule = judge_case(run, scale, inputs, ct, expected, got, limits)
             if rule and ok:
                 fair_words.append(rule)
             if not ok:
