@@ -235,6 +235,7 @@ EXPECTED = [
     Expect("r8_bwd_xla_dot_default_precision.py", "mm", "tpu", ("rejected",), r"below HIGHEST precision at scale \S+ in the backward"),
     Expect("r8_control_bwd_two_kernels.py", "grms_ci", "tpu", ("correct",), r"matches the reference's VJP"),
     Expect("r8_control_bwd_xla_dw.py", "grms_ci", "tpu", ("correct",), r"matches the reference's VJP"),
+    Expect("r9_bwd_dma_race.py", "grms_ci", "tpu", ("rejected",), r"TPU-interpreter check of the backward.*race detector found a data race"),
 ]
 
 

@@ -534,10 +534,30 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     # the tracer's work dir is hostile (links, fifos): a fresh unpredictable name there
     name = f"case_{i:03d}" if who is run.runner else f"case_{i:03d}_{secrets.token_hex(8)}"
     folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
-    steps = _int(run.programs[case.scale].get("grid_steps"))
-    limit = run.timeouts.case_s * (1 if run.on_device else slow * min(20.0, max(1.0, steps / 256)))
-    reply = who.ask({"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": _rel(who, folder), "form": form},
-                    limit, what)
+    limit = case_limit(run, run.programs[case.scale].get("grid_steps"), slow)
+    request = {"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": _rel(who, folder), "form": form}
+    got, seconds = ask_outputs(run, who, folder, request, limit, what)
+    cmp = _compare(run, case.scale, inputs, expected, got, what)
+    if record:
+        run.seconds[f"case_{i}"] = seconds
+        run.cases.append(CaseResult(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution, ok=cmp.ok,
+                                    max_abs=cmp.max_abs, max_rel=cmp.max_rel, note=cmp.reason, key=case.key))
+    if not cmp.ok:
+        raise _Verdict("incorrect", f"{what}: {cmp.reason}")
+    run.failed_case = ""
+
+
+def case_limit(run: _Run, grid_steps: Any, slow: float = 1.0) -> float:
+    """The deadline of one case: the configured one on a device; off it, ``slow`` (race detection) times it, scaled
+    by the kernels' grid steps (interpreted steps are slow), at most 20x."""
+    return run.timeouts.case_s * (1 if run.on_device else slow * min(20.0, max(1.0, _int(grid_steps) / 256)))
+
+
+def ask_outputs(run: _Run, who: Child, folder: Path, request: dict[str, Any], limit: float, what: str
+                ) -> tuple[list[np.ndarray], float]:
+    """Ask the runner (or the tracer's TPU interpreter) to run one case whose inputs are in ``folder``: its outputs
+    and the seconds it reports; an error, a race, an interpreter limit or a swapped folder ends in the judge's verdict."""
+    reply = who.ask(request, limit, what)
     if not reply.get("ok"):
         text = _last_line(str(reply.get("error", "")))
         if _oom(text):
@@ -557,14 +577,7 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     except (OSError, ValueError) as exc:
         raise _Verdict("crashed", f"{what}: outputs unreadable ({exc})") from None
     shutil.rmtree(folder, ignore_errors=True)
-    cmp = _compare(run, case.scale, inputs, expected, got, what)
-    if record:
-        run.seconds[f"case_{i}"] = float(reply.get("seconds") or 0.0)
-        run.cases.append(CaseResult(index=i, scale=case.scale, seed=case.seed, distribution=case.distribution, ok=cmp.ok,
-                                    max_abs=cmp.max_abs, max_rel=cmp.max_rel, note=cmp.reason, key=case.key))
-    if not cmp.ok:
-        raise _Verdict("incorrect", f"{what}: {cmp.reason}")
-    run.failed_case = ""
+    return got, float(reply.get("seconds") or 0.0)
 
 
 def _compare(run: _Run, scale: str, inputs: list[np.ndarray], expected: list[np.ndarray], got: list[np.ndarray],

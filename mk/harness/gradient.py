@@ -441,11 +441,30 @@ def judge_case(run: Any, scale: str, inputs: list[np.ndarray], ct: list[np.ndarr
     return True, worst_all, where, "", "; ".join(words)
 
 
+def interpreter_check(run: Any, scale: str, inputs: list[np.ndarray], ct: list[np.ndarray], expected: list[np.ndarray],
+                      limits: list[tuple[bool, float, tuple[float, float]]], what: str) -> None:
+    """Rules 5 and 18 on the backward: one gradient case per scale runs again in the tracer, through the TPU
+    interpreter with race detection (its host callbacks cannot be exported), as the forward's first case of each
+    scale does. A race rejects; an error, or gradients the bounds refuse, is incorrect. A tracer could hide a
+    finding, never invent a pass: the runner's gradients of the same case were judged already."""
+    from mk.harness.evaluate import _rel, _Verdict, _write_inputs, ask_outputs, case_limit
+
+    what = f"TPU-interpreter check of {what}"
+    folder = _write_inputs(run, f"grad_race_{secrets.token_hex(8)}", [*inputs, *ct], into=run.tracer.workdir)
+    got, _ = ask_outputs(run, run.tracer, folder, {"op": "run", "scale": scale, "dir": _rel(run.tracer, folder),
+                                                   "part": "bwd"},
+                         case_limit(run, run.programs[scale]["backward"].get("grid_steps"), 20.0), what)
+    ok, _, k, why, _ = judge_case(run, scale, inputs, ct, expected, got, limits)
+    if not ok:
+        name = run.task.args[differentiable(run.task)[k]].name
+        raise _Verdict("incorrect", f"{what}: the gradient of {name} differs from the reference's VJP: {why}")
+
+
 def check(run: Any) -> str:
     """Run the written backward on one fresh case per scale and compare it with the reference's VJP; raises the
     judge's verdict on a mismatch. Returns the verdict's words ("" without a backward)."""
-    from mk.harness.arrays import load_arrays, save_arrays
-    from mk.harness.evaluate import _last_line, _rel, _Verdict
+    from mk.harness.arrays import save_arrays
+    from mk.harness.evaluate import _rel, _Verdict, ask_outputs
     from mk.harness.suite import Case
 
     if not declares_backward(run.cand.source):
@@ -454,8 +473,12 @@ def check(run: Any) -> str:
     work_note = ablate(run)  # the backward's kernels do its work (rule 15), before any case runs
     limits = [bounds(run.task, i) for i in want]  # per gradient, from its input's dtype: the same at every case
     form = "bwd_target" if run.on_device or run.target.host else "bwd_cpu"
-    worst_all, judged, skipped = 0.0, 0, 0
+    worst_all, judged, skipped, raced = 0.0, 0, 0, 0
     fair_words: list[str] = []
+    # rules 5 and 18 as for the forward: the suite's scales whose backward has kernels, off a device, on a target
+    # whose kernels the TPU interpreter models (DMA races, out-of-bounds blocks, revisited output blocks)
+    interpreted = ({s for s in run.suite.scales if run.programs[s]["backward"].get("kernels")}
+                   if run.target.interpreter == "tpu" and not run.on_device else set())
     for scale in run.scales:
         import jax
 
@@ -466,7 +489,7 @@ def check(run: Any) -> str:
         # every other cotangent on normal inputs
         dists = list(dict.fromkeys(["normal", *(c.distribution for c in run.suite.for_scale(scale))]))
         plan = [(d, cts[0]) for d in dists] + [("normal", ct) for ct in cts[1:]]
-        for dist, (ct_name, ct) in plan:
+        for n, (dist, (ct_name, ct)) in enumerate(plan):
             case = Case(scale, secrets.randbelow(2**31), dist, note="gradient")
             inputs = run.suite.inputs(run.task, case)
             what = (f"the backward ({BACKWARD_ENTRY}) on a fresh {dist} case with {ct_name} at scale {scale} "
@@ -474,12 +497,9 @@ def check(run: Any) -> str:
             folder = run.rdir / f"grad_{scale}_{secrets.token_hex(4)}"
             folder.mkdir()
             save_arrays(folder, "in", [*inputs, *ct])
-            reply = run.runner.ask({"op": "case", "scale": scale, "dir": _rel(run.runner, folder), "form": form},
-                                   run.timeouts.case_s * (1 if run.on_device else 20.0), what)
-            if not reply.get("ok"):
-                raise _Verdict("incorrect", f"{what} raised {_last_line(str(reply.get('error', '')))}")
-            got = load_arrays(folder, "out")
-            shutil.rmtree(folder, ignore_errors=True)
+            got, _ = ask_outputs(run, run.runner, folder, {"op": "case", "scale": scale, "dir": _rel(run.runner, folder),
+                                                           "form": form},
+                                 run.timeouts.case_s * (1 if run.on_device else 20.0), what)
             expected = reference_vjp(run.task, scale, inputs, ct)
             ok, worst, k, why, rule = judge_case(run, scale, inputs, ct, expected, got, limits)
             if rule and ok:
@@ -487,6 +507,9 @@ def check(run: Any) -> str:
             if not ok:
                 raise _Verdict("incorrect", f"{what}: the gradient of {run.task.args[want[k]].name} differs from the "
                                             f"reference's VJP: {why}")
+            if n == 0 and scale in interpreted:
+                interpreter_check(run, scale, inputs, ct, expected, limits, what)
+                raced += 1
             worst_all = max(worst_all, worst)  # of the gradients the bounds passed (a yardstick pass has its words)
             judged += 1
             skipped += nonfinite(expected)
@@ -494,6 +517,9 @@ def check(run: Any) -> str:
     if fair_words:
         note += (f"; {len(fair_words)} case(s) passed by the yardstick rule: against the VJP in higher precision the "
                  f"error is within a few times the reference's own VJP's ({' | '.join(fair_words)})")
+    if raced:
+        note += (f"; its kernels ran race-free in the TPU interpreter on {raced} of those cases, with the same "
+                 "gradients")
     if work_note:
         note += "; " + work_note
     return (f"; its backward ({BACKWARD_ENTRY}) matches the reference's VJP on {judged} fresh cases "

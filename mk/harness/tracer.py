@@ -314,6 +314,8 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
         out["cpu_file"] = f"{name}.bwd.cpu"
     except Exception as exc:  # noqa: BLE001
         out["cpu_file"], out["cpu_error"] = None, f"{type(exc).__name__}: {_first_line(exc)}"
+    if target.interpreter == "tpu" and out["kernels"]:  # the TPU interpreter's race check, as for the forward
+        _state.setdefault("fallback_bwd", {})[name] = jax.jit(flat(program.with_interpret(closed, target.interpret_params())))
     if target.host:
         out["target_file"] = out["cpu_file"]
     else:
@@ -328,14 +330,18 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
-    """Fallback only: run the TPU-interpreted program of ``scale`` (same trace) on the inputs in ``dir``."""
+    """Fallback only: run the TPU-interpreted program of ``scale`` (same trace) on the inputs in ``dir``: the
+    forward's, or with ``part: "bwd"`` the backward's (inputs, then the cotangents)."""
     import jax
     import numpy as np
 
     from mk.harness.arrays import load_arrays, save_arrays
 
     target = _state["target"]
-    fn, _ = _state["fallback"][request["scale"]]
+    if request.get("part") == "bwd":
+        fn = _state["fallback_bwd"][request["scale"]]
+    else:
+        fn, _ = _state["fallback"][request["scale"]]
     folder = _state["workdir"] / request["dir"]
     inputs = load_arrays(folder, "in")
     with target.lowering_context(_state["spec"].get("chip", "v6e")):

@@ -46,6 +46,17 @@ def test_gpu_matches_reference(sizes, dtype):
     _check("gpu", lhs, rhs, sizes, Config(block_m=32, block_n=32, block_k=32))
 
 
+@pytest.mark.parametrize("target,cfg", [("tpu", Config(block_m=64, block_n=128, block_k=128)),
+                                        ("tpu", Config(block_m=8, block_n=128, block_k=128)),
+                                        ("gpu", Config(block_m=16, block_n=32, block_k=32))])
+@pytest.mark.parametrize("sizes", [[40, 50], [100, 50]])
+def test_group_sizes_summing_past_m_are_clipped(target, cfg, sizes):
+    """Rows past M are absent, as in the reference (a kernel-engineer attack: the TPU visit table took a group's
+    start from its clipped end minus its unclipped size, so it reached back into the previous group or below 0)."""
+    lhs, rhs = _inputs(64, 128, 128, 2, jnp.float32)
+    _check(target, lhs, rhs, sizes, cfg)
+
+
 def test_visit_table_walks_groups_in_row_order():
     group, tile, start, end = (np.asarray(a) for a in gmm_visits(jnp.asarray([64, 0, 100, 30], jnp.int32), 256, 64))
     assert len(tile) == 256 // 64 + 5 and (np.diff(tile) >= 0).all()  # tiles never revisited out of order

@@ -88,6 +88,22 @@ def test_whole_rows_for_an_epilogue_that_reduces_along_n(target, m, k, n):
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("target,blocks", [("tpu", (64, 128, 128)), ("gpu", (32, 64, 32))])
+def test_an_epilogue_that_reduces_along_n_needs_whole_rows(target, blocks):
+    """Without full_n, column blocks would each overwrite the row's reduction with their own (a kernel-engineer
+    attack: silently wrong by 2.4); the kernel refuses with what to do, and one block of whole rows is allowed."""
+    x, w = _inputs(64, 128, 384, jnp.float32)
+    cfg = Config(block_m=blocks[0], block_n=blocks[1], block_k=blocks[2])
+    def ep(acc):  # GPU rows are padded to a power of two: masked
+        live = jax.lax.broadcasted_iota(jnp.int32, acc.shape, 1) < 384
+        return jnp.max(jnp.where(live, acc, -jnp.inf), axis=1, keepdims=True)
+
+    with pytest.raises(ValueError, match="full_n=True"):
+        _run(target, x, w, epilogue=ep, config=cfg)
+    got = _run(target, x, w, epilogue=ep, config=cfg, full_n=True)
+    np.testing.assert_allclose(got, np.asarray(jnp.max(reference(x, w), axis=1, keepdims=True)), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("target", ["tpu", "gpu"])
 @pytest.mark.parametrize("m,k,n,dtype,splits", [(32, 768, 256, jnp.float32, 2), (40, 1024, 200, jnp.float32, 8),
                                                 (16, 512, 128, jnp.bfloat16, 4)])

@@ -1,6 +1,6 @@
-"""The offline author's triangle recogniser: 17p's projections that no other product feeds are bound to mk.kernels.gmm
-in a standalone file that passes the static check and matches the reference at another size; the batched product
-fed by them stays in XLA (every kernel must change the result on its own); a lone batched product is gmm's."""
+"""The offline author's triangle recogniser: every product of 17p (the projections, the output projection and gate,
+and the batched per-channel product) is bound to mk.kernels.gmm in a standalone file that passes the static check and
+matches the reference at another size; a lone batched product is gmm's."""
 
 import dataclasses
 
@@ -23,7 +23,9 @@ def test_written_kernel_is_standalone_and_general(target):
     task = task.with_scales({"ci": ci})
     prop = triangle.propose(task, trace_scales(task), target)
     assert prop.template == "triangle" and "from mk" not in prop.source and f"def gmm_{target}(" in prop.source
-    assert prop.source.count("= _matmul(") == 5  # four gated input projections and the output gate
+    assert prop.source.count("= _matmul(") == 6  # four gated input projections, the output projection and gate
+    assert prop.source.count("= _bmm(") == 1  # the per-channel einsum
+    assert "lax.dot_general(" not in prop.source.split("def kernel(")[1]  # no product left to XLA
     assert check_source(prop.source, target=target, require_pallas=True).ok
     ns = {}
     exec(compile(prop.source, "candidate", "exec"), ns)

@@ -68,7 +68,8 @@ def _score_fn(q, k_ref, b_ref, *, qi, scale, causal, score_dtype, block_q, block
         if masked:
             rows = qi * block_q + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
             cols = start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
-            s = jnp.where((cols <= rows) if causal else (cols < kv_len), s, _MASKED)
+            keep = cols < kv_len  # padded keys
+            s = jnp.where((keep & (cols <= rows)) if causal else keep, s, _MASKED)
         return s, start
 
     return scores
@@ -76,8 +77,8 @@ def _score_fn(q, k_ref, b_ref, *, qi, scale, causal, score_dtype, block_q, block
 
 def _ranges(qi, *, causal, block_q, block_k, nk, kv_len):
     """(n_full, n_end): key blocks [0, n_full) need no mask, [n_full, n_end) are masked, the rest never read."""
-    if causal:  # padded keys lie past every real query's diagonal
-        return (jnp.minimum((qi * block_q + 1) // block_k, nk),
+    if causal:  # a block is unmasked when it is wholly below the diagonal and holds no padded key (Sq > Sk pads)
+        return (jnp.minimum((qi * block_q + 1) // block_k, kv_len // block_k),
                 jnp.minimum(((qi + 1) * block_q + block_k - 1) // block_k, nk))
     return kv_len // block_k, nk
 

@@ -1,7 +1,7 @@
 """Grouped matmul (megablox-style) on TPU (Mosaic), group offsets in scalar prefetch.
 
 ``lhs`` (M, K) holds G groups of consecutive rows (``group_sizes``, from row
-0; rows past their sum are zero in the output); group g's rows are multiplied
+0; rows past their sum are zero in the output; a sum past M is clipped to M); group g's rows are multiplied
 by ``rhs[g]`` (K, N). The grid's middle axis walks *visits*: each (group, row
 tile) pair where a group touches a tile, in row order, so a tile that two
 groups share is visited twice in a row and its f32 accumulator (VMEM) carries
@@ -29,10 +29,9 @@ def gmm_visits(group_sizes, m, block_m):
     """(group id, row tile, row start, row end) per visit, each (m // block_m + G + 1,) int32. A pseudo group G
     covers the rows past ``sum(group_sizes)``, so every tile is visited and written (with zeros there)."""
     sizes = jnp.concatenate([group_sizes.astype(jnp.int32), jnp.zeros((1,), jnp.int32)])
-    ends = jnp.minimum(jnp.cumsum(sizes), m)
-    sizes = sizes.at[-1].set(m - ends[-2])
-    ends = ends.at[-1].set(m)
-    starts = ends - sizes
+    ends = jnp.minimum(jnp.cumsum(sizes), m).at[-1].set(m)  # rows past M are absent: groups are clipped to it
+    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    sizes = ends - starts
     first, last = starts // block_m, (ends - 1) // block_m
     counts = jnp.where(sizes > 0, last - first + 1, 0)
     done = jnp.cumsum(counts)

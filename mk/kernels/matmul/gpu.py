@@ -148,6 +148,9 @@ def matmul_gpu(x, w, *params, kinds=(), epilogue=None, transpose_w=False, x_cast
         else:
             raise ValueError(f"a parameter's kind is tile, row, col or scalar, got {kind!r}")
     elementwise = tuple(out.shape) == (M, N)
+    if not elementwise and block_n != n_pad:
+        raise ValueError(f"the epilogue reduces along N (its output is {tuple(out.shape)}, not {(M, N)}), so one block "
+                         f"must hold whole rows: pass full_n=True (block_n {block_n} < N {N})")
     if elementwise:
         out_spec = pl.BlockSpec((block_m, block_n), lambda m, n: (m, n))
         out_shape = (m_pad, n_pad)

@@ -118,6 +118,9 @@ def matmul_tpu(x, w, *params, kinds=(), epilogue=None, transpose_w=False, x_cast
             specs.append(pl.BlockSpec((block_m, block_n), lambda m, n, k: (m, n)))
         else:
             raise ValueError(f"a parameter's kind is tile, row, col or scalar, got {kind!r}")
+    if out.shape != (M, N) and block_n != N:
+        raise ValueError(f"the epilogue reduces along N (its output is {tuple(out.shape)}, not {(M, N)}), so one block "
+                         f"must hold whole rows: pass full_n=True (block_n {block_n} < N {N})")
     if out.shape == (M, N):
         out_spec = pl.BlockSpec((block_m, block_n), lambda m, n, k: (m, n))
         out_shape = (M, N)
