@@ -42,7 +42,8 @@ LAYOUTS = {  # name -> (q_lens, kv_lens, keyword arguments of _inputs)
 }
 CASES = [("decode", jnp.float32, {}), ("prefill", jnp.bfloat16, {}), ("mixed_trailing", jnp.float32, {"hq": 2}),
          ("mixed_trailing", jnp.bfloat16, {"hq": 6, "hkv": 2}), ("num_seqs_below", jnp.float32, {}),
-         ("rows_past_last", jnp.bfloat16, {})]
+         ("rows_past_last", jnp.bfloat16, {}),
+         ("mixed_trailing", jnp.float32, {"hq": 6, "hkv": 3, "d": 64, "page": 12})]  # Triton pads the page
 
 
 @pytest.mark.parametrize("target", ["tpu", "gpu"])
