@@ -34,7 +34,7 @@ def _inputs(q_lens, kv_lens, *, slots, num_seqs=None, tokens=None, hq=4, hkv=2, 
 
 
 LAYOUTS = {  # name -> (q_lens, kv_lens, keyword arguments of _inputs)
-    "decode": ([1, 1, 1, 1], [5, 32, 17, 1], {"slots": 4}),
+    "decode": ([1, 1, 1, 1], [5, 40, 17, 1], {"slots": 4}),  # 40 > 4 pages of 8: the table's 32 slots
     "prefill": ([12, 9], [12, 30], {"slots": 2}),  # the first: kv_len == q_len (plain causal)
     "mixed_trailing": ([1, 1, 10, 7], [20, 3, 25, 7], {"slots": 6}),  # two empty trailing slots
     "num_seqs_below": ([1, 6, 5, 3], [9, 14, 32, 8], {"slots": 4, "num_seqs": 2}),  # rows of seqs 2, 3: zero
@@ -47,7 +47,8 @@ CASES = [("decode", jnp.float32, {}), ("prefill", jnp.bfloat16, {}), ("mixed_tra
 
 
 @pytest.mark.parametrize("target", ["tpu", "gpu"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{jnp.dtype(c[1]).name}-{'-'.join(map(str, c[2].values()))}")
+@pytest.mark.parametrize("case", CASES,
+                         ids=lambda c: f"{c[0]}-{jnp.dtype(c[1]).name}-{'-'.join(map(str, c[2].values()))}")
 def test_matches_reference(target, case):
     name, dtype, extra = case
     q_lens, kv_lens, kw = LAYOUTS[name]

@@ -36,7 +36,7 @@ def _pow2(n):
 
 
 def _rpa_gpu_kernel(lo_ref, hi_ref, cu_ref, lens_ref, table_ref, q_ref, kv_ref, o_ref, *, scale, page, page_pad,
-                    group_pad, block_q, use_dot):
+                    pages, group_pad, block_q, use_dot):
     b, g = pl.program_id(0), pl.program_id(1)
     q = q_ref[...]  # (rows, D)
     rows, d = q.shape
@@ -48,7 +48,7 @@ def _rpa_gpu_kernel(lo_ref, hi_ref, cu_ref, lens_ref, table_ref, q_ref, kv_ref, 
         q_len, kv_len = q_end - q_start, lens_ref[i]
         last_row = jnp.minimum(q_end, (b + 1) * block_q) - 1 - q_start
         needed = jnp.maximum(jnp.minimum(kv_len, kv_len - q_len + last_row + 1), 0)
-        n_pages = (needed + page - 1) // page
+        n_pages = jnp.minimum((needed + page - 1) // page, pages)  # kv_len past the table: its slots only
         in_seq = (row_tok >= q_start) & (row_tok < q_end)
         limit = jnp.minimum(kv_len, kv_len - q_len + row_tok - q_start + 1)  # slots t < limit are attended
 
@@ -122,8 +122,8 @@ def ragged_paged_attention_gpu(queries, kv_pages, kv_lens, page_indices, cu_q_le
         kv = jnp.pad(kv, ((0, 0), (0, p_pad - page), (0, 0), (0, 0), (0, d_pad - d)))
     use_dot = rows >= 16 and p_pad >= 16 and d_pad >= 16
     out = pl.pallas_call(
-        functools.partial(_rpa_gpu_kernel, scale=scale, page=page, page_pad=p_pad, group_pad=g_pad, block_q=bq,
-                          use_dot=use_dot),
+        functools.partial(_rpa_gpu_kernel, scale=scale, page=page, page_pad=p_pad, pages=pages, group_pad=g_pad,
+                          block_q=bq, use_dot=use_dot),
         grid=(n_blocks, hkv),
         in_specs=[pl.no_block_spec] * 5 + [pl.BlockSpec((None, rows, d_pad), lambda b, g: (g, b, 0)),
                                            pl.no_block_spec],
