@@ -15,9 +15,10 @@ cu_q_lens, kv_lens and the flat page table. The kernel loops (dynamic
 ``fori_loop``) over those sequences and, per sequence, over only the pages its
 rows in this block can see (up to kv_len, and no further than the causal
 limit of the block's last row), ``pages_per_block`` pages at a time: each page's
-(page, 2, D) slice of the kv head (K and V adjacent, as combined heads 2g and
-2g + 1 are) is copied from the cache in HBM (``memory_space=ANY``) by a manual
-DMA, double-buffered (the next page block is fetched while this one is
+(page, D) K and V slices of the kv head (combined heads 2g and 2g + 1, lane
+slices of the pages viewed as (P, page, 2 * Hkv * D), as the paged_attention
+family views its pages) are copied from the cache in HBM
+(``memory_space=ANY``) by manual DMAs, double-buffered (the next page block is fetched while this one is
 computed). Page slots past the last needed page repeat it (masked), so no page
 past a sequence's length is read. The online softmax (running max, sum and f32
 accumulator) lives in VMEM scratch; a row only takes the scores of its own
@@ -62,8 +63,10 @@ def _rpa_tpu_kernel(lo_ref, hi_ref, cu_ref, lens_ref, table_ref, q_ref, kv_hbm, 
             for u in range(ppb):
                 local = jnp.minimum(blk * ppb + u, n_pages - 1)  # past the last needed page: repeat it
                 p_id = table_ref[i * pages + local]
-                out.append(pltpu.make_async_copy(kv_hbm.at[p_id, :, g, 0], k_buf.at[slot, u], sem.at[slot]))
-                out.append(pltpu.make_async_copy(kv_hbm.at[p_id, :, g, 1], v_buf.at[slot, u], sem.at[slot]))
+                k_src = kv_hbm.at[p_id, :, pl.ds(2 * g * head_dim, head_dim)]  # combined head 2g: lanes
+                v_src = kv_hbm.at[p_id, :, pl.ds((2 * g + 1) * head_dim, head_dim)]
+                out.append(pltpu.make_async_copy(k_src, k_buf.at[slot, u], sem.at[slot]))
+                out.append(pltpu.make_async_copy(v_src, v_buf.at[slot, u], sem.at[slot]))
             return out
 
         @pl.when(n_blocks > 0)
@@ -140,7 +143,7 @@ def ragged_paged_attention_tpu(queries, kv_pages, kv_lens, page_indices, cu_q_le
     lo, hi = seq_ranges(cu_q_lens, num_seqs, n_blocks, bq)
     q = jnp.pad(queries, ((0, t_pad - t_rows), (0, 0), (0, 0)))
     q = q.reshape(t_pad, hkv, group, d).transpose(1, 0, 2, 3).reshape(hkv, t_pad * group, d)
-    kv = kv_pages.reshape(total, page, hkv, 2, d)  # free: combined heads 2g, 2g + 1 are K, V of kv head g
+    kv = kv_pages.reshape(total, page, combined * d)  # a combined head is a lane slice: tile-aligned page DMAs
     rows = bq * group
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=5,
