@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mk.author import attention, conv, cross_entropy, gmm, matmul, rewrites, rowwise, swiglu
-from mk.author import flex, paged
+from mk.author import flex, paged, ragged_paged
 from mk.author import retention
 from mk.author import triangle
 from mk.author import moe
@@ -31,6 +31,9 @@ TEMPLATES = (
     ("retention", "causal decayed retention with a row normaliser (RetNet, Mamba-2 SSD quadratic form); kernels from mk/kernels/retention", retention),
     ("paged", "paged decode attention over a page table (one query token per sequence, length-masked, GQA); "
      "kernels from mk/kernels/paged_attention", paged),
+    ("ragged_paged", "ragged paged attention over combined K/V pages (a batch mixing decode tokens and prefill chunks "
+     "through cu_q_lens and num_seqs, causal with each sequence's queries last, GQA); kernels from "
+     "mk/kernels/ragged_paged_attention", ragged_paged),
     ("moe", "top-k mixture of gated-MLP experts written densely, computed sparsely: choices sorted by expert, the expert MLP fused in one grouped kernel from mk/kernels/gmm", moe),
     ("attention", "flash attention with online softmax over key blocks (causal or not, MHA and GQA; TPU, and GPU "
      "Triton when head_dim is a power of two)", attention),
