@@ -32,11 +32,14 @@ from typing import Any
 log = logging.getLogger("evals.gpu_check")
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_check.json"
-#: tasks the offline author has templates for (tiled matmul with epilogues; row-wise kernels)
+#: one task per kernel family first (so a budget that runs out still measures every family), then more matmul epilogues
 DEFAULT_TASKS = (
-    "jaxbench:8p_GEMM", "jaxbench:12p_RMSNorm", "jaxbench:19k_Matmul_Subtract_Multiply_ReLU",
-    "jaxbench:30k_Matmul_Scaling_ResidualAdd", "jaxbench:37k_Matmul_Swish_Scaling", "jaxbench:41k_Gemm_Add_ReLU",
-    "jaxbench:44k_Matmul_Divide_GELU", "jaxbench:13p_Cross_Entropy",
+    "jaxbench:8p_GEMM", "jaxbench:12p_RMSNorm", "jaxbench:13p_Cross_Entropy", "jaxbench:1p_Flash_Attention",
+    "jaxbench:9p_SwiGLU_MLP", "jaxbench:11p_Megablox_GMM", "jaxbench:6p_Paged_Attention",
+    "jaxbench:7p_Ragged_Paged_Attention", "jaxbench:15p_RetNet_Retention", "jaxbench:18k_Conv2D_ReLU_BiasAdd",
+    "jaxbench:10p_Sparse_MoE", "jaxbench:17p_Triangle_Multiplication", "jaxbench:5p_Flex_Attention",
+    "jaxbench:19k_Matmul_Subtract_Multiply_ReLU", "jaxbench:30k_Matmul_Scaling_ResidualAdd",
+    "jaxbench:37k_Matmul_Swish_Scaling", "jaxbench:41k_Gemm_Add_ReLU", "jaxbench:44k_Matmul_Divide_GELU",
 )
 BUDGET_S = 480.0
 NOT_MEASURED = "not measured"

@@ -15,6 +15,7 @@ scattered pages and random lengths, else the recogniser declines.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -59,15 +60,13 @@ def _roles(task: Task, shapes: list[tuple[int, ...]]) -> dict[str, int | None]:
             "offsets": offsets[0] if offsets else None}
 
 
-def _scale(prog: Program) -> float:
-    """The product of the scalar factors on the first product's output, up to its row max."""
+def score_scale(prog: Program) -> float:
+    """The product of the scalar factors on the first product's output, up to its row max (or the next product)."""
     dots = [op for op in prog.ops if op.prim == "dot_general"]
-    if len(dots) != 2:
-        raise Unsupported(f"paged attention has two products (scores, then values), found {len(dots)}")
     start = prog.ops.index(dots[0])
     scale, cur = 1.0, {id(dots[0].out)}
     for op in prog.ops[start + 1:]:
-        if op.prim == "reduce_max":
+        if op.prim in ("reduce_max", "dot_general"):
             break
         if not any(id(x) in cur for x in op.ins):
             continue
@@ -78,6 +77,18 @@ def _scale(prog: Program) -> float:
             scale /= float(consts[0].const)
         cur.add(id(op.out))
     return scale
+
+
+def score_scale_expr(probes: Any, scale: float, dtype: Any) -> str:
+    """The score scale as an expression of the sizes and statics, fitted over every probe's trace (the same number
+    when it does not change with them); Unsupported when it changes and no expression fits."""
+    scales = [scale] + [score_scale(from_jaxpr(t.jaxpr)) for t in probes.traces[1:]]
+    expr = probes.fit(scales, dtype=dtype)
+    if expr is not None:
+        return expr
+    if not all(math.isclose(x, scale, rel_tol=1e-6) for x in scales):
+        raise Unsupported(f"the score scale changes with the sizes ({scales}) and is not a function of them")
+    return repr(float(scale))
 
 
 def _intended(xs: list[np.ndarray], roles: dict[str, int | None], scale: float, use_offsets: bool) -> np.ndarray:
@@ -131,20 +142,16 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     prog = from_jaxpr(t0.jaxpr)
     if len(prog.outs) != 1:
         raise Unsupported("paged attention writes one output")
-    scale = _scale(prog)
+    if sum(op.prim == "dot_general" for op in prog.ops) != 2:
+        raise Unsupported("paged attention has two products (scores, then values), found "
+                          f"{sum(op.prim == 'dot_general' for op in prog.ops)}")
+    scale = score_scale(prog)
     roles = _verify(task, t0.scale, roles, scale)
     dot = next(op for op in prog.ops if op.prim == "dot_general")
     sd = np.dtype(dot.out.dtype).name
     score_dtype = f"jnp.{sd}" if sd in ("bfloat16", "float16") else "None"
     probes = probes_for(task, traced)
-    scales = [scale]
-    for t in probes.traces[1:]:
-        scales.append(_scale(from_jaxpr(t.jaxpr)))
-    scale_expr = probes.fit(scales, dtype=dot.out.dtype)
-    if scale_expr is None:
-        if not all(math.isclose(x, scale, rel_tol=1e-6) for x in scales):
-            raise Unsupported(f"the score scale changes with the sizes ({scales}) and is not a function of them")
-        scale_expr = repr(float(scale))
+    scale_expr = score_scale_expr(probes, scale, dot.out.dtype)
     names = arg_names(task)
     if set(names) & _DEFINED:
         raise Unsupported(f"an input is named like a function of the kernel module: {sorted(set(names) & _DEFINED)}")

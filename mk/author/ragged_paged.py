@@ -17,12 +17,11 @@ declines.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mk.author.emit import Unsupported, family_section, file_head
-from mk.author.ir import Program, from_jaxpr
+from mk.author.ir import from_jaxpr
+from mk.author.paged import score_scale, score_scale_expr
 from mk.author.probe import arg_names, probes_for, signature, static_names
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced, smallest_scale
@@ -62,27 +61,6 @@ def _roles(task: Task, shapes: list[tuple[int, ...]]) -> dict[str, int]:
         raise Unsupported("ragged paged attention reads int lengths (S,), query offsets (S + 1,) and num_seqs (1,)")
     return {"q": queries[0], "kv": pages[0], "lengths": lengths[0], "table": tables[0], "offsets": offsets[0],
             "num_seqs": count[0]}
-
-
-def _scale(prog: Program) -> float:
-    """The product of the scalar factors on the first product's output, up to its row max."""
-    dots = [op for op in prog.ops if op.prim == "dot_general"]
-    if len(dots) < 2:
-        raise Unsupported(f"ragged paged attention has products for scores and values, found {len(dots)}")
-    start = prog.ops.index(dots[0])
-    scale, cur = 1.0, {id(dots[0].out)}
-    for op in prog.ops[start + 1:]:
-        if op.prim in ("reduce_max", "dot_general"):
-            break
-        if not any(id(x) in cur for x in op.ins):
-            continue
-        consts = [x for x in op.ins if x.is_const and x.shape == ()]
-        if op.prim == "mul" and len(consts) == 1:
-            scale *= float(consts[0].const)
-        elif op.prim == "div" and len(consts) == 1 and op.ins[1] is consts[0]:
-            scale /= float(consts[0].const)
-        cur.add(id(op.out))
-    return scale
 
 
 def _verify(task: Task, scale_name: str, roles: dict[str, int], scale: float) -> None:
@@ -130,17 +108,14 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     prog = from_jaxpr(t0.jaxpr)
     if len(prog.outs) != 1:
         raise Unsupported("ragged paged attention writes one output")
-    scale = _scale(prog)
+    if sum(op.prim == "dot_general" for op in prog.ops) < 2:
+        raise Unsupported("ragged paged attention has products for scores and values")
+    scale = score_scale(prog)
     probe_scale = smallest_scale(traced)
     _verify(task, probe_scale, roles, scale)
     dot = next(op for op in prog.ops if op.prim == "dot_general")
     probes = probes_for(task, traced)
-    scales = [scale] + [_scale(from_jaxpr(t.jaxpr)) for t in probes.traces[1:]]
-    scale_expr = probes.fit(scales, dtype=dot.out.dtype)
-    if scale_expr is None:
-        if not all(math.isclose(x, scale, rel_tol=1e-6) for x in scales):
-            raise Unsupported(f"the score scale changes with the sizes ({scales}) and is not a function of them")
-        scale_expr = repr(float(scale))
+    scale_expr = score_scale_expr(probes, scale, dot.out.dtype)
     names = arg_names(task)
     if set(names) & _DEFINED:
         raise Unsupported(f"an input is named like a function of the kernel module: {sorted(set(names) & _DEFINED)}")
