@@ -53,6 +53,21 @@ def test_pages_past_the_length_are_not_read(target):
     np.testing.assert_array_equal(poisoned, clean)
 
 
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_an_empty_sequence_gives_zeros_not_nan(target):
+    """A length of 0 (a free slot in a serving batch) reads no page: zeros for that sequence, the others unchanged
+    (a kernel-engineer attack: 0/0 gave NaN)."""
+    q, kp, vp, lengths, table = _inputs(3, 4, 2, 64, 8, 4, jnp.float32, seed=2)
+    lengths = lengths.at[1].set(0)
+    want = np.asarray(pa.reference(q, kp, vp, lengths, table, scale=0.125), np.float32)
+    with get_target(target).execution():
+        got = np.asarray(jax.jit(lambda *a: pa.paged_attention(*a, target=target, scale=0.125,
+                                                               config=pa.Config(pages_per_block=2)))(
+            q, kp, vp, lengths, table), np.float32)
+    assert np.isfinite(got).all() and not got[1].any()
+    np.testing.assert_allclose(got[[0, 2]], want[[0, 2]], atol=2e-4, rtol=2e-4)
+
+
 def test_config_validates():
     with pytest.raises(ValueError):
         pa.Config(pages_per_block=0)

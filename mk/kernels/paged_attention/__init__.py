@@ -4,7 +4,8 @@
 (page table and lengths in scalar prefetch; the index maps DMA each page
 straight from the cache), ``gpu.py`` the Triton kernel (one program per
 sequence and kv head looping over its pages), ``config.py`` the typed tiling
-with its per-chip default and tuning space.
+with its per-chip default and tuning space. A sequence of length 0 attends to nothing: both kernels give it zeros
+(the reference's masked softmax gives the mean of all its slots' values instead).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def _paged_gpu_kernel(lengths_ref, pages_ref, q_ref, k_ref, v_ref, o_ref, *, sca
     rows, d = q.shape
     carry = (jnp.full((rows,), _MASKED, jnp.float32), jnp.zeros((rows,), jnp.float32), jnp.zeros((rows, d), jnp.float32))
     _, l, acc = lax.fori_loop(0, (length + page - 1) // page, step, carry)
-    o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
+    o_ref[...] = jnp.where(l[:, None] > 0, acc / jnp.where(l > 0, l, 1.0)[:, None], 0.0).astype(o_ref.dtype)  # empty: 0
 
 
 def paged_attention_gpu(q, k_pages, v_pages, lengths, page_indices, *, scale, score_dtype=None, num_warps=4,

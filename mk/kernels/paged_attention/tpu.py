@@ -67,7 +67,8 @@ def _paged_tpu_kernel(lengths_ref, pages_ref, q_ref, *refs, scale, score_dtype, 
 
     @pl.when(j == n_blocks - 1)
     def _done():
-        o_ref[0] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+        l = l_ref[...]
+        o_ref[0] = jnp.where(l > 0, acc_ref[...] / jnp.where(l > 0, l, 1.0), 0.0).astype(o_ref.dtype)  # empty: 0
 
 
 def _largest_divisor(n, want):
