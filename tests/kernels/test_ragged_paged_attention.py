@@ -68,6 +68,35 @@ def test_matches_reference(target, case):
 
 
 @pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_unwritten_slots_never_reach_the_output(target):
+    """NaN in the tail of a sequence's last page (slots at or past its kv_len: an unwritten cache) must not reach
+    any row, its own or those of a sequence sharing its token block (a kernel-engineer attack: 0 * NaN in the value
+    product made all of sequence 1's rows NaN)."""
+    q, kv, lens, table, cu, ns = _inputs([1, 3], [9, 8], slots=2, pages=4, hq=16, hkv=2, seed=4)
+    page_of = int(table[0, 1])  # sequence 0's second page holds its slot 8; slots 9.. are past kv_len 9
+    kv = kv.at[page_of, 1:].set(jnp.nan)
+    args = (q, kv, lens, table, cu, ns)
+    want = np.asarray(rpa.reference(*args, scale=0.1), np.float32)
+    assert np.isfinite(want).all()
+    with get_target(target).execution():
+        got = np.asarray(jax.jit(lambda *a: rpa.ragged_paged_attention(
+            *a, target=target, scale=0.1, config=rpa.Config(block_q=8, pages_per_block=2)))(*args), np.float32)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, atol=2e-4, rtol=2e-4)
+
+
+def test_kv_len_past_the_table_with_a_partial_last_page_block():
+    """kv_len 44 over a table of 5 pages of 8 (40 slots) with 3 pages per TPU step: the step past the last page
+    repeats it as padding, and those copies must not be attended (a kernel-engineer attack: off by 0.09)."""
+    args = _inputs([1], [44], slots=1, pages=5, hq=2, hkv=1, seed=5)
+    want = np.asarray(rpa.reference(*args, scale=0.1), np.float32)
+    with get_target("tpu").execution():
+        got = np.asarray(jax.jit(lambda *a: rpa.ragged_paged_attention(
+            *a, target="tpu", scale=0.1, config=rpa.Config(block_q=8, pages_per_block=3)))(*args), np.float32)
+    np.testing.assert_allclose(got, want, atol=2e-4, rtol=2e-4)
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
 def test_lowers(target):
     args = _inputs([1, 1, 16, 14], [17, 65, 31, 47], slots=6, hq=16, hkv=2, page=16, pages=8, dtype=jnp.bfloat16)
     fn = lambda *a: rpa.ragged_paged_attention(*a, target=target, scale=0.1)  # noqa: E731

@@ -42,6 +42,8 @@ def _rpa_gpu_kernel(lo_ref, hi_ref, cu_ref, lens_ref, table_ref, q_ref, kv_ref, 
     rows, d = q.shape
     row_tok = b * block_q + lax.broadcasted_iota(jnp.int32, (rows, page_pad), 0) // group_pad
     slot = lax.broadcasted_iota(jnp.int32, (rows, page_pad), 1)
+    row_d = b * block_q + lax.broadcasted_iota(jnp.int32, (rows, d), 0) // group_pad
+    vslot = lax.broadcasted_iota(jnp.int32, (page_pad, d), 0)
 
     def seq_body(i, carry):
         q_start, q_end = cu_ref[i], cu_ref[i + 1]
@@ -50,6 +52,7 @@ def _rpa_gpu_kernel(lo_ref, hi_ref, cu_ref, lens_ref, table_ref, q_ref, kv_ref, 
         needed = jnp.maximum(jnp.minimum(kv_len, kv_len - q_len + last_row + 1), 0)
         n_pages = jnp.minimum((needed + page - 1) // page, pages)  # kv_len past the table: its slots only
         in_seq = (row_tok >= q_start) & (row_tok < q_end)
+        own = (row_d >= q_start) & (row_d < q_end)  # the same rows, over the value columns
         limit = jnp.minimum(kv_len, kv_len - q_len + row_tok - q_start + 1)  # slots t < limit are attended
 
         def page_body(j, carry):
@@ -69,12 +72,14 @@ def _rpa_gpu_kernel(lo_ref, hi_ref, cu_ref, lens_ref, table_ref, q_ref, kv_ref, 
             alpha = jnp.exp(m - m_new)
             p = jnp.where(ok, jnp.exp(s - m_new[:, None]), 0.0)
             l = alpha * l + jnp.sum(p, axis=1)
+            # slots past kv_len (or padding) are zeroed: 0 * NaN of an unwritten slot would still be NaN
+            v = jnp.where((vslot < page) & (j * page + vslot < kv_len), v, jnp.zeros_like(v))
             pv = p.astype(v.dtype)
             if use_dot:
                 upd = lax.dot_general(pv, v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
             else:
                 upd = jnp.sum(pv.astype(jnp.float32)[:, :, None] * v.astype(jnp.float32)[None, :, :], axis=1)
-            return m_new, l, alpha[:, None] * acc + upd
+            return m_new, l, alpha[:, None] * acc + jnp.where(own, upd, 0.0)  # other sequences' rows untouched
 
         return lax.fori_loop(0, n_pages, page_body, carry)
 

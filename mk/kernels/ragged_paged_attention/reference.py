@@ -19,7 +19,8 @@ def ragged_paged_attention(queries: Any, kv_pages: Any, kv_lens: Any, page_indic
     kv slots t < kv_len with t <= kv_len - q_len + r (slot t = local page * page + offset over page_indices[i]);
     query head h reads kv head h // (Hq // Hkv). Scores in f32 times ``scale``, softmax in f32, the
     probabilities cast to ``p_dtype`` (the queries' dtype when None) before the value product. Rows no active
-    sequence owns, and rows with no slot to attend to, are 0."""
+    sequence owns, and rows with no slot to attend to, are 0; slots no row attends to never reach the output (NaN or
+    Inf in an unwritten part of the cache stays out)."""
     t_rows, hq, d = queries.shape
     n_seqs, pages = page_indices.shape
     page = kv_pages.shape[1]
@@ -46,5 +47,6 @@ def ragged_paged_attention(queries: Any, kv_pages: Any, kv_lens: Any, page_indic
     e = jnp.where(ok[:, None, None, :], jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0)), 0.0)
     den = jnp.sum(e, axis=-1, keepdims=True)
     p = (e / jnp.where(den > 0, den, 1.0)).astype(p_dtype)
+    v = jnp.where(ok[:, :, None, None], v, jnp.zeros_like(v))  # unattended slots are never read (an unwritten cache)
     o = jnp.einsum("tgrs,tsgd->tgrd", p, v.astype(p_dtype), preferred_element_type=jnp.float32)
     return o.reshape(t_rows, hq, d).astype(queries.dtype)

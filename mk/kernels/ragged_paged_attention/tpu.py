@@ -57,6 +57,7 @@ def _rpa_tpu_kernel(lo_ref, hi_ref, cu_ref, lens_ref, table_ref, q_ref, kv_hbm, 
         needed = jnp.maximum(jnp.minimum(kv_len, kv_len - q_len + last_row + 1), 0)
         n_pages = jnp.minimum((needed + page - 1) // page, pages)
         n_blocks = (n_pages + ppb - 1) // ppb
+        valid = jnp.minimum(kv_len, n_pages * page)  # slots [0, valid): real, within the table, copied once
 
         def copies(blk, slot):
             out = []
@@ -90,15 +91,19 @@ def _rpa_tpu_kernel(lo_ref, hi_ref, cu_ref, lens_ref, table_ref, q_ref, kv_hbm, 
             s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32) * scale
             t = blk * kblk + lax.broadcasted_iota(jnp.int32, s.shape, 1)
             r = row_tok - q_start
-            ok = (row_tok >= q_start) & (row_tok < q_end) & (t < kv_len) & (t <= kv_len - q_len + r)
+            own = (row_tok >= q_start) & (row_tok < q_end)  # this block's rows of sequence i
+            # slots past kv_len, past the table (a kv_len beyond it), or repeats of the last page are never attended
+            ok = own & (t < valid) & (t <= kv_len - q_len + r)
             s = jnp.where(ok, s, _MASKED)
             m_prev = m_ref[...]
             m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
             alpha = jnp.exp(m_prev - m_new)
             p = jnp.where(ok, jnp.exp(s - m_new), 0.0)
             l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-            acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(
-                p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            vt = blk * kblk + lax.broadcasted_iota(jnp.int32, v.shape, 0)
+            v = jnp.where(vt < valid, v, jnp.zeros_like(v))  # 0 * NaN of an unwritten slot would still be NaN
+            pv = lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            acc_ref[...] = alpha * acc_ref[...] + jnp.where(own, pv, 0.0)  # other sequences' rows untouched
             m_ref[...] = m_new
             return carry
 
