@@ -7,9 +7,13 @@ lowering for that platform plus interpret-mode execution. Writes ``evals/results
 ``coverage.json`` (with the command that produced them).
 
     python -m evals.coverage [--targets tpu,gpu,cpu] [--tasks 12p,8p] [--suites jaxbench,examples] [--merge]
+                             [--db FILE] [--merge-from OTHER/coverage.json ...]
 
 ``--merge`` re-judges only the tasks named and replaces their rows in the existing ``coverage.json``
 (totals recounted from the rows; the merge is listed under the table with its own command and date).
+``--db FILE`` keeps the store: a killed run given the same store again keeps every row it judged (a finished
+suite and target is read back, an unfinished one resumed). ``--merge-from`` judges nothing: it merges another
+run's ``coverage.json`` (e.g. other targets judged in parallel) into ``--out``'s, each listed with its command.
 """
 
 from __future__ import annotations
@@ -44,23 +48,55 @@ def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db:
                 continue
         for target in targets:
             t0 = time.perf_counter()
-            try:
-                res = run_bench(BenchConfig(SUITES[suite], target=target, methods=("best-of-n",), scale="ci", tasks=mine,
-                                            lm="offline", samples=samples, measure=False, db=db, plots=False))
-            except ConfigError as exc:  # --tasks names none of this suite's tasks
-                logging.info("%s on %s: %s", suite, target, exc)
-                continue
-            for r in res.rows:
+            stored = _stored(db, SUITES[suite], target, mine)
+            if stored is not None and stored[1] == "finished":  # judged already in this store: its rows, as recorded
+                res_rows = _stored_rows(db, stored[0])
+                logging.info("%s on %s: the rows of finished benchmark %s in %s", suite, target, stored[0], db)
+            else:
+                try:
+                    res = run_bench(BenchConfig(SUITES[suite], target=target, methods=("best-of-n",), scale="ci",
+                                                tasks=mine, lm="offline", samples=samples, measure=False, db=db,
+                                                plots=False, resume=stored[0] if stored else None))
+                except ConfigError as exc:  # --tasks names none of this suite's tasks
+                    logging.info("%s on %s: %s", suite, target, exc)
+                    continue
+                res_rows = res.rows
+            for r in res_rows:
                 rows.append({"suite": suite, "task": r.task, "target": target, "covered": r.correct, "status": r.status,
                              "candidates": r.candidates, "best": r.best, "compiled": bool(r.compiled), "reason": "" if r.correct else r.reason,
                              "seconds": round(r.seconds, 2)})
-            m = res.metrics["best-of-n"]
             tot = totals.setdefault(target, {"tasks": 0, "covered": 0, "compiled": 0})
-            tot["tasks"] += m.tasks
-            tot["covered"] += m.correct
-            tot["compiled"] += m.compiled
-            logging.info("%s on %s: %d/%d covered in %.0fs", suite, target, m.correct, m.tasks, time.perf_counter() - t0)
+            tot["tasks"] += len(res_rows)
+            tot["covered"] += sum(bool(r.correct) for r in res_rows)
+            tot["compiled"] += sum(bool(r.compiled) for r in res_rows)
+            logging.info("%s on %s: %d/%d covered in %.0fs", suite, target, sum(bool(r.correct) for r in res_rows),
+                         len(res_rows), time.perf_counter() - t0)
     return {"rows": rows, "totals": totals}
+
+
+def _stored(db: Path, suite: str, target: str, tasks: list[str] | None) -> tuple[str, str] | None:
+    """(id, status) of the newest coverage benchmark of ``suite`` on ``target`` (same tasks) in the store ``db``: a
+    killed coverage run given its store again (``--db``) keeps what it judged and resumes the rest."""
+    if not Path(db).exists():
+        return None
+    from mk.bench.record import list_benches, load_bench
+    from mk.store import Store
+
+    with Store.open(db) as store:
+        for b in list_benches(store, limit=10_000):
+            if b["suite"] == suite and b["target"] == target and b["scale"] == "ci" and b["methods"] == ["best-of-n"]:
+                bench, _ = load_bench(store, b["id"])
+                if ((bench.get("config") or {}).get("tasks") or None) == (list(tasks) if tasks else None):
+                    return b["id"], b["status"]
+    return None
+
+
+def _stored_rows(db: Path, bench_id: str) -> list:
+    from mk.bench.record import load_bench
+    from mk.store import Store
+
+    with Store.open(db) as store:
+        return load_bench(store, bench_id)[1]
 
 
 def _compiled(row: dict) -> bool:
@@ -68,7 +104,7 @@ def _compiled(row: dict) -> bool:
     return bool(row.get("compiled", row["covered"] or row["status"] == "incorrect"))
 
 
-def merge(old: dict, new: dict) -> dict:
+def merge(old: dict, new: dict, how: str = "Re-judged with") -> dict:
     """``old`` with ``new``'s rows in place of the same (suite, task, target), totals recounted from the rows."""
     fresh = {(r["suite"], r["task"], r["target"]): r for r in new["rows"]}
     rows = [fresh.pop((r["suite"], r["task"], r["target"]), r) for r in old["rows"]] + list(fresh.values())
@@ -78,9 +114,10 @@ def merge(old: dict, new: dict) -> dict:
         tot["tasks"] += 1
         tot["covered"] += bool(r["covered"])
         tot["compiled"] += _compiled(r)
-    merges = old.get("merged", []) + [{"command": new["command"], "date": new["date"], "seconds": new["seconds"],
+    merges = old.get("merged", []) + [{"how": how, "command": new["command"], "date": new["date"], "seconds": new["seconds"],
                                        "tasks": sorted({r["task"] for r in new["rows"]})}]
-    return {**old, "rows": rows, "totals": totals, "merged": merges}
+    targets = list(old.get("targets", [])) + [t for t in new.get("targets", []) if t not in old.get("targets", [])]
+    return {**old, "rows": rows, "totals": totals, "merged": merges, "targets": targets}
 
 
 def _holds(select_refs, suite: str, name: str) -> bool:  # noqa: ANN001
@@ -119,8 +156,9 @@ def _markdown(data: dict) -> str:
             marks.append("?" if r is None else ("✓ " + r["best"]) if r["covered"] else ("—" if r["status"] == "declined" else "✗ " + r["status"]))
         lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(marks) + " |")
     for m in data.get("merged", []):
-        lines += ["", f"Re-judged with `{m['command']}` on {m['date']} ({m['seconds']:.0f} s), rows replaced: "
-                  + ", ".join(m["tasks"]) + "."]
+        named = ", ".join(m["tasks"]) if len(m["tasks"]) <= 12 else f"{len(m['tasks'])} tasks' rows"
+        lines += ["", f"{m.get('how', 'Re-judged with')} `{m['command']}` on {m['date']} ({m['seconds']:.0f} s), rows "
+                  f"replaced or added: {named}."]
     fails = [r for r in data["rows"] if not r["covered"] and r["status"] != "declined"]
     if fails:
         lines += ["", "## Judged but not correct", ""]
@@ -136,12 +174,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(RESULTS), help="folder for coverage.md / coverage.json")
     p.add_argument("--db", default=None, help="store file (default: a fresh temporary one)")
     p.add_argument("--merge", action="store_true", help="replace only the named tasks' rows in the existing coverage.json")
+    p.add_argument("--merge-from", action="append", default=[], metavar="JSON",
+                   help="judge nothing: merge another run's coverage.json into --out's (its rows replace the same "
+                        "suite, task and target; its command and date are listed); repeatable, in order")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     for name in ("mk", "jax", "absl"):
         logging.getLogger(name).setLevel(logging.WARNING)
     from mk import __version__
 
+    if args.merge_from:
+        out = Path(args.out)
+        data = json.loads((out / "coverage.json").read_text())
+        for name in args.merge_from:
+            data = merge(data, json.loads(Path(name).read_text()), how="Merged from a run of")
+        (out / "coverage.json").write_text(json.dumps(data, indent=2))
+        (out / "coverage.md").write_text(_markdown(data))
+        print(_markdown(data))
+        return 0
     targets = [t for t in args.targets.split(",") if t]
     suites = [s for s in args.suites.split(",") if s]
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
