@@ -14,6 +14,7 @@ lowering for that platform plus interpret-mode execution. Writes ``evals/results
 ``--db FILE`` keeps the store: a killed run given the same store again keeps every row it judged (a finished
 suite and target is read back, an unfinished one resumed). ``--merge-from`` judges nothing: it merges another
 run's ``coverage.json`` (e.g. other targets judged in parallel) into ``--out``'s, each listed with its command.
+``--stored-only`` (with ``--db``) judges nothing and reports the rows a store holds, a killed run's finished tasks.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ RESULTS = ROOT / "evals" / "results"
 SUITES = {"jaxbench": "jaxbench", "examples": str(ROOT / "examples")}
 
 
-def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db: Path, samples: int = 8) -> dict:
+def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db: Path, samples: int = 8,
+             stored_only: bool = False) -> dict:
     from mk.bench import BenchConfig, run_bench
     from mk.errors import ConfigError
 
@@ -49,7 +51,9 @@ def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db:
         for target in targets:
             t0 = time.perf_counter()
             stored = _stored(db, SUITES[suite], target, mine)
-            if stored is not None and stored[1] == "finished":  # judged already in this store: its rows, as recorded
+            if stored_only and stored is None:
+                continue
+            if stored is not None and (stored[1] == "finished" or stored_only):  # judged already: its rows, as recorded
                 res_rows = _stored_rows(db, stored[0])
                 logging.info("%s on %s: the rows of finished benchmark %s in %s", suite, target, stored[0], db)
             else:
@@ -174,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(RESULTS), help="folder for coverage.md / coverage.json")
     p.add_argument("--db", default=None, help="store file (default: a fresh temporary one)")
     p.add_argument("--merge", action="store_true", help="replace only the named tasks' rows in the existing coverage.json")
+    p.add_argument("--stored-only", action="store_true",
+                   help="with --db: judge nothing, report the rows the store holds (a killed run's finished tasks)")
     p.add_argument("--merge-from", action="append", default=[], metavar="JSON",
                    help="judge nothing: merge another run's coverage.json into --out's (its rows replace the same "
                         "suite, task and target; its command and date are listed); repeatable, in order")
@@ -198,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "coverage.duckdb"
-        data = coverage(targets, suites, tasks, db)
+        data = coverage(targets, suites, tasks, db, stored_only=args.stored_only)
     args_text = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     data.update({"command": f"python -m evals.coverage {args_text}".strip(),
                  "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "mk_version": __version__,
