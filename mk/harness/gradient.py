@@ -463,8 +463,7 @@ def interpreter_check(run: Any, scale: str, inputs: list[np.ndarray], ct: list[n
 def check(run: Any) -> str:
     """Run the written backward on one fresh case per scale and compare it with the reference's VJP; raises the
     judge's verdict on a mismatch. Returns the verdict's words ("" without a backward)."""
-    from mk.harness.arrays import save_arrays
-    from mk.harness.evaluate import _rel, _Verdict, ask_outputs
+    from mk.harness.evaluate import _rel, _Verdict, _write_inputs, ask_outputs
     from mk.harness.suite import Case
 
     if not declares_backward(run.cand.source):
@@ -494,9 +493,7 @@ def check(run: Any) -> str:
             inputs = run.suite.inputs(run.task, case)
             what = (f"the backward ({BACKWARD_ENTRY}) on a fresh {dist} case with {ct_name} at scale {scale} "
                     f"(seed {case.seed})")
-            folder = run.rdir / f"grad_{scale}_{secrets.token_hex(4)}"
-            folder.mkdir()
-            save_arrays(folder, "in", [*inputs, *ct])
+            folder = _write_inputs(run, f"grad_{scale}_{secrets.token_hex(4)}", [*inputs, *ct])
             got, _ = ask_outputs(run, run.runner, folder, {"op": "case", "scale": scale, "dir": _rel(run.runner, folder),
                                                            "form": form},
                                  run.timeouts.case_s * (1 if run.on_device else 20.0), what)
