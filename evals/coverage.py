@@ -54,8 +54,8 @@ def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db:
             if stored_only and stored is None:
                 continue
             if stored is not None and (stored[1] == "finished" or stored_only):  # judged already: its rows, as recorded
-                res_rows = _stored_rows(db, stored[0])
-                logging.info("%s on %s: the rows of finished benchmark %s in %s", suite, target, stored[0], db)
+                res_rows = stored[2]
+                logging.info("%s on %s: the rows of %s benchmark %s in %s", suite, target, stored[1], stored[0], db)
             else:
                 try:
                     res = run_bench(BenchConfig(SUITES[suite], target=target, methods=("best-of-n",), scale="ci",
@@ -70,17 +70,17 @@ def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db:
                              "candidates": r.candidates, "best": r.best, "compiled": bool(r.compiled), "reason": "" if r.correct else r.reason,
                              "seconds": round(r.seconds, 2)})
             tot = totals.setdefault(target, {"tasks": 0, "covered": 0, "compiled": 0})
+            covered = sum(bool(r.correct) for r in res_rows)
             tot["tasks"] += len(res_rows)
-            tot["covered"] += sum(bool(r.correct) for r in res_rows)
+            tot["covered"] += covered
             tot["compiled"] += sum(bool(r.compiled) for r in res_rows)
-            logging.info("%s on %s: %d/%d covered in %.0fs", suite, target, sum(bool(r.correct) for r in res_rows),
-                         len(res_rows), time.perf_counter() - t0)
+            logging.info("%s on %s: %d/%d covered in %.0fs", suite, target, covered, len(res_rows), time.perf_counter() - t0)
     return {"rows": rows, "totals": totals}
 
 
-def _stored(db: Path, suite: str, target: str, tasks: list[str] | None) -> tuple[str, str] | None:
-    """(id, status) of the newest coverage benchmark of ``suite`` on ``target`` (same tasks) in the store ``db``: a
-    killed coverage run given its store again (``--db``) keeps what it judged and resumes the rest."""
+def _stored(db: Path, suite: str, target: str, tasks: list[str] | None) -> tuple[str, str, list] | None:
+    """(id, status, finished rows) of the newest coverage benchmark of ``suite`` on ``target`` (same tasks) in the store
+    ``db``: a killed coverage run given its store again (``--db``) keeps what it judged and resumes the rest."""
     if not Path(db).exists():
         return None
     from mk.bench.record import list_benches, load_bench
@@ -89,18 +89,10 @@ def _stored(db: Path, suite: str, target: str, tasks: list[str] | None) -> tuple
     with Store.open(db) as store:
         for b in list_benches(store, limit=10_000):
             if b["suite"] == suite and b["target"] == target and b["scale"] == "ci" and b["methods"] == ["best-of-n"]:
-                bench, _ = load_bench(store, b["id"])
+                bench, rows = load_bench(store, b["id"])
                 if ((bench.get("config") or {}).get("tasks") or None) == (list(tasks) if tasks else None):
-                    return b["id"], b["status"]
+                    return b["id"], b["status"], rows
     return None
-
-
-def _stored_rows(db: Path, bench_id: str) -> list:
-    from mk.bench.record import load_bench
-    from mk.store import Store
-
-    with Store.open(db) as store:
-        return load_bench(store, bench_id)[1]
 
 
 def _compiled(row: dict) -> bool:
@@ -194,10 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads((out / "coverage.json").read_text())
         for name in args.merge_from:
             data = merge(data, json.loads(Path(name).read_text()), how="Merged from a run of")
-        (out / "coverage.json").write_text(json.dumps(data, indent=2))
-        (out / "coverage.md").write_text(_markdown(data))
-        print(_markdown(data))
-        return 0
+        return _write(out, data)
     targets = [t for t in args.targets.split(",") if t]
     suites = [s for s in args.suites.split(",") if s]
     tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
@@ -213,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.merge and (out / "coverage.json").exists():
         data = merge(json.loads((out / "coverage.json").read_text()), data)
+    return _write(out, data)
+
+
+def _write(out: Path, data: dict) -> int:
     (out / "coverage.json").write_text(json.dumps(data, indent=2))
     (out / "coverage.md").write_text(_markdown(data))
     print(_markdown(data))
