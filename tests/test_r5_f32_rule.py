@@ -10,9 +10,12 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from mk.harness import build_suite, evaluate
+from mk.harness.compare import compare_outputs
+from mk.harness.suite import ReferenceCache
 from mk.task import ArgSpec, Scale, Task, Tolerance
 
 HONEST = (Path(__file__).parent / "adversarial" / "control_pallas_matmul.py").read_text()
@@ -21,14 +24,32 @@ BIASED = HONEST.replace("o_ref[...] = acc_ref[...].astype(o_ref.dtype)", "o_ref[
 pytestmark = pytest.mark.slow
 
 
+def _tiled_like_the_control(x, w, block_k: int = 128):
+    """The control kernel's order of summation on the host: one HIGHEST dot per K block, accumulated in float32."""
+    dot = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
+    acc = np.zeros((x.shape[0], w.shape[1]), np.float32)
+    for k in range(0, x.shape[1], block_k):
+        acc = acc + np.asarray(dot(x[:, k:k + block_k], w[k:k + block_k]))
+    return acc
+
+
 @pytest.fixture(scope="module")
 def judged():
+    """The first outlier seed where the control's tiled sum misses the tolerance against XLA's dot on this host (by
+    up to 0.6 % where large terms cancel). XLA's CPU dot sums K in a host-dependent order, so the seed is found here,
+    not fixed: seed 1 missed it on the host this test was written on and is inside it (0.67 of the tolerance) on an
+    AMD EPYC host, where seed 4 is the first to miss."""
     task = Task("mm_outliers", lambda x, w: jnp.dot(x, w, precision=jax.lax.Precision.HIGHEST),
                 (ArgSpec("x", (64, 2048), "float32"), ArgSpec("w", (2048, 128), "float32")), {"ci": Scale("ci")},
                 tolerance=Tolerance(1e-3, 1e-3))
     task = dataclasses.replace(task, heldout=())  # sizes are not what this tests
-    # seed 1 of the outlier inputs: the tiled sum differs from XLA's by up to 0.6 % (rtol 1e-3) where large terms cancel
-    return task, build_suite(task, seeds=(1,), distributions=("large_magnitude",))
+    cache = ReferenceCache(task)
+    for seed in range(1, 33):
+        suite = build_suite(task, seeds=(seed,), distributions=("large_magnitude",))
+        x, w = suite.inputs(task, suite.cases[0])
+        if not compare_outputs(cache.compute("ci", [x, w]), [_tiled_like_the_control(x, w)], task.tolerance).ok:
+            return task, suite
+    pytest.fail("no outlier seed in 1..32 where a tiled float32 sum misses the tolerance: nothing to test the rule on")
 
 
 def test_a_tiled_matmul_on_outliers_passes_by_the_float32_rule(judged):
