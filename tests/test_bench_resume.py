@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from child_signals import default_signals
 from mk.store import Store
 
 from test_bench_run import RMS, TANH, _suite
@@ -34,7 +35,8 @@ def _start_and_stop(tmp_path, sig):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(_bench(args), stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        proc = subprocess.Popen(_bench(args), stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                preexec_fn=default_signals)
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and proc.poll() is None and not ROW.search(err_path.read_text()):
             time.sleep(0.2)

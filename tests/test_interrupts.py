@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from child_signals import default_signals
 from mk.store import Store
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax.py"
@@ -28,7 +29,8 @@ def _interrupt(args, tmp_path, wait_for: str, stdin: str | None = None, sig=sign
             err.close()
             err = open(err_path, "w")
         proc = subprocess.Popen([sys.executable, "-m", "mk", *args], stdout=err if stdout_marks else subprocess.PIPE, stderr=err,
-                                text=True, env=env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+                                text=True, env=env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                preexec_fn=default_signals)
         seen = ""
         deadline = time.monotonic() + 300
         if stdin is not None:
