@@ -27,7 +27,7 @@ import json
 import logging
 import re
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -86,6 +86,8 @@ class HardwareSpec(BaseModel):
     mxu_size: int | None = None
     mxus_per_core: int | None = None
     jax_devices_per_chip: int = 1
+    #: how mk compiles for this chip without it (see :mod:`mk.chips`); empty where it cannot
+    compile: dict[str, Any] = Field(default_factory=dict)
     approximate: bool = False
     notes: str = ""
     sources: tuple[Source, ...] = ()

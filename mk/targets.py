@@ -40,6 +40,10 @@ class Target:
     host: bool = False
     #: the custom calls in a lowered program that are this target's kernels (every other one is foreign code)
     kernel_calls: frozenset[str] = frozenset()
+    #: the kind of chip (``data/hardware.json``'s ``kind``) this target's programs are compiled for without the
+    #: device, and the one compiled for unless a chip is named (``mk.chips``); "" for a target that compiles for none
+    chip_kind: str = ""
+    default_chip: str = ""
 
     @property
     def needs_kernel(self) -> bool:
@@ -262,9 +266,10 @@ def register_target(target: Target) -> Target:
 
 
 register_target(Target("tpu", platform="tpu", device_platform="tpu", kernel_language="mosaic", interpreter="tpu",
-                       kernel_calls=frozenset({"tpu_custom_call"})))
+                       kernel_calls=frozenset({"tpu_custom_call"}), chip_kind="tpu", default_chip="v6e"))
 register_target(Target("gpu", platform="cuda", device_platform="gpu", kernel_language="triton",
-                       kernel_calls=frozenset({"__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu", "mosaic_gpu_v2"})))
+                       kernel_calls=frozenset({"__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu", "mosaic_gpu_v2"}),
+                       chip_kind="gpu", default_chip="h100"))
 register_target(Target("cpu", platform="cpu", device_platform="cpu", host=True))
 
 

@@ -105,6 +105,13 @@ class _Run:
     failed_case: str = ""
     #: the suite's scales and this evaluation's fresh size (a secret draw within the held-out scale's rule)
     scales: tuple[str, ...] = ()
+    #: the task's declared scales the cases do not run: traced and compiled for the chip only
+    compile_scales: tuple[str, ...] = ()
+    #: the chip the device program is compiled for (None: a target that compiles for no chip)
+    chip: Any = None
+    no_spills: bool = False
+    compile_check: str = ""
+    compiled: list[Any] = field(default_factory=list)
 
     @property
     def on_device(self) -> bool:
@@ -124,17 +131,24 @@ def evaluate(
     memory_limit_mb: int | None = None,
     config: Mapping[str, Any] | None = None,
     timing: TimingOptions | None = None,
+    chip: str | None = None,
+    no_spills: bool = False,
 ) -> EvalResult:
     """Judge ``candidate`` on ``task`` for ``target``.
 
     ``scale``: restrict correctness to that scale and time there (default: the
     suite covers every scale; timing at the task's default scale).
+    ``chip``: the chip the device program is compiled for (``mk.chips``; default the target's, v6e or h100);
+    ``no_spills``: a GPU kernel that spills registers is a ``compile_error``.
     ``require_pallas`` defaults to True for tpu/gpu. ``config`` is passed to
     the entry as keyword tunables. Never raises for anything the candidate
     does; raises :class:`TaskError`/:class:`CandidateError` for bad inputs."""
     started = time.perf_counter()
     cand = _as_candidate(candidate)
     tgt = get_target(target)
+    from mk.chips import chip_for
+
+    the_chip = chip_for(tgt, chip)
     require_pallas = tgt.needs_kernel if require_pallas is None else bool(require_pallas)
     if isinstance(timeouts, Mapping):
         timeouts = _timeouts(timeouts)
@@ -174,6 +188,8 @@ def evaluate(
     run = _Run(task, tgt, suite, cand, timeouts or Timeouts(), timed, require_pallas, dict(config or {}), measure,
                timing or TimingOptions(), memory_mb)
     run.scales = tuple(suite.scales) + tuple(f.name for f in fresh)
+    run.compile_scales = tuple(s for s in suite_task.scales if s not in run.scales) if the_chip is not None else ()
+    run.chip, run.no_spills = the_chip, no_spills
     run.env, run.iso, run.tracer, run.runner = children
     status, reason, error = "correct", "", ""
     timing_res: TimingResult | None = None
@@ -183,6 +199,7 @@ def evaluate(
         _start(run)
         _trace(run)
         _check_programs(run)
+        _compile_for_chip(run)
         _ablate(run)
         _check_races(run)
         _run_cases(run)
@@ -215,6 +232,7 @@ def evaluate(
     return EvalResult(status=status, reason=_one_line(reason), error=error, steps=steps, cases=run.cases, timing=timing_res, cost=cost_res,
                       flags=run.flags, isolation=run.isolation, verified_by=run.verified_by if status == "correct" else "",
                       failed_case=run.failed_case if status != "correct" else "",
+                      compile_check=run.compile_check, compiled=run.compiled,
                       seconds=time.perf_counter() - started, **base)
 
 
@@ -311,8 +329,14 @@ def _trace(run: _Run) -> None:
                     "declared envelope excludes these inputs, and the words came from the candidate, so it is judged as a failure)")
         raise _Verdict("compile_error", f"candidate {what}{at}: {text}{where}{note}", _whole_error(reply))
     scales = reply.get("scales")
-    if not isinstance(scales, dict) or set(scales) != set(run.scales):
+    if not isinstance(scales, dict) or set(scales) != set(run.scales) | set(run.compile_scales):
         raise _Verdict("crashed", "the tracer's reply does not cover the suite's scales")
+    for name in run.compile_scales:  # a declared scale the cases do not run and the candidate cannot trace: not claimed
+        entry = scales.get(name)
+        if isinstance(entry, dict) and "compile_only_error" in entry:
+            run.flags.append(f"scale {name} (declared, compiled only) does not trace: "
+                             f"{_last_line(str(entry['compile_only_error']))[:300]}")
+    run.compile_scales = tuple(n for n in run.compile_scales if "compile_only_error" not in (scales.get(n) or {}))
     run.programs = scales
     run.compile_detail = f"traced once per scale and lowered for {run.target.platform}"
 
@@ -383,7 +407,7 @@ def _check_programs(run: _Run) -> None:
 
     from mk.harness import gradient, program
 
-    for scale in run.scales:
+    for scale in (*run.scales, *run.compile_scales):
         facts = run.programs[scale]
         if facts.get("callbacks"):
             raise _Verdict("rejected", f"host callback ({', '.join(map(str, facts['callbacks']))}) in the candidate's program at "
@@ -425,10 +449,10 @@ def _check_programs(run: _Run) -> None:
         check_precision(run, scale, facts, exported["target"])
         run.exported[scale] = exported
         facts["kernel_calls"] = len(kernels)
-        if files["cpu"] is None and not run.on_device and not run.target.host:
+        if files["cpu"] is None and not run.on_device and not run.target.host and scale in run.scales:
             run.flags.append(f"scale {scale}: {facts.get('cpu_error') or 'the HLO interpreter cannot run this kernel'}; its cases "
                              "ran in the TPU interpreter inside the isolated tracer (weaker: see the verdict's verified_by)")
-    files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in run.scales}
+    files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in run.scales}  # judged only
     copied = {}
     for scale, forms in files.items():
         copied[scale] = {}
@@ -449,6 +473,34 @@ def _check_programs(run: _Run) -> None:
                             run.timeouts.import_s, "loading the programs")
     if not loaded.get("ok"):
         raise _Verdict("crashed", f"the runner could not load the exported programs ({_last_line(str(loaded.get('error')))})")
+
+
+def _compile_for_chip(run: _Run) -> None:
+    """The compile stage (:mod:`mk.harness.chipcheck`): each scale's device program, byte for byte the one just
+    checked, compiled for the chip by the trusted compile worker."""
+    from mk.harness import chipcheck
+
+    if run.chip is None:
+        return
+    why = chipcheck.lowered_only(run.chip)
+    if why:
+        run.compile_check = why
+        return
+    t0 = time.perf_counter()
+    programs = {scale: _read_regular(run.tracer.workdir / run.programs[scale]["target_file"])
+                for scale in (*run.scales, *run.compile_scales)}
+    try:
+        results, flags = chipcheck.compile_scales(run.chip, programs, set(run.scales), memory_mb=run.memory_mb,
+                                                  no_spills=run.no_spills)
+    except chipcheck.CompileRefused as refused:
+        raise _Verdict(refused.status, refused.reason, refused.error) from None
+    finally:
+        run.seconds["chip_compile"] = time.perf_counter() - t0
+    run.compiled = results
+    run.flags.extend(flags)
+    done = [r.scale for r in results if r.ok]
+    run.compile_check = f"compiled for {run.chip.name} at {', '.join(done) or 'no scale'}" + (
+        f" ({results[0].compiler})" if results and results[0].compiler else "")
 
 
 def _ablate(run: _Run) -> None:
@@ -699,16 +751,17 @@ def _read_regular(path: Path, limit: int = MAX_PROGRAM_BYTES) -> bytes:
 def _spec(run: _Run) -> dict[str, Any]:
     task = run.task
     scales = []
-    for name in run.scales:
+    for name in (*run.scales, *run.compile_scales):
         try:
             static = [encode_static(v) for v in task.static_values(name)]
         except TypeError as exc:
             raise TaskError(f"task {task.name!r}: {exc}", hint="use JSON-able static values (numbers, strings, tuples, dtypes)") from None
         structs = [[list(s.shape), np.dtype(s.dtype).name] for s in task.arg_structs(name)]
-        scales.append({"name": name, "static": static, "structs": structs})
+        scales.append({"name": name, "static": static, "structs": structs, "compile_only": name not in run.scales})
     from mk.harness import gradient
 
-    return {"entry": run.cand.entry, "target": run.target.name, "config": run.config, "static_as_kwargs": task.static_as_kwargs,
+    chip = {"chip": run.chip.name} if run.chip is not None and run.target.assumes_chip else {}
+    return {**chip, "entry": run.cand.entry, "target": run.target.name, "config": run.config, "static_as_kwargs": task.static_as_kwargs,
             "static_names": [s.name for s in task.static], "scales": scales, **gradient.spec_fields(run)}
 
 
@@ -763,8 +816,9 @@ def _child_verdict(run: _Run, exc: ChildFailed) -> tuple[str, str]:
 def _compile_step(run: _Run, status: str) -> StepResult:
     ok = bool(run.programs) and status not in ("compile_error",)
     secs = sum(v for k, v in run.seconds.items() if k == "import" or k.startswith("compile"))
+    detail = run.compile_detail + (f"; {run.compile_check}" if run.compile_check else "")
     return StepResult(name="compile", ok=ok if run.programs or status == "compile_error" else None, seconds=secs,
-                      detail=run.compile_detail if ok else "did not compile" if status == "compile_error" else "not run")
+                      detail=detail if ok else "did not compile" if status == "compile_error" else "not run")
 
 
 def _correctness_step(run: _Run, status: str) -> StepResult:

@@ -70,6 +70,23 @@ def runner(env: Mapping[str, str], memory_mb: int) -> Child:
         return child
 
 
+def compiler(kind: str, memory_mb: int) -> Child:
+    """The live compile worker for chips of ``kind`` (``tpu`` or ``gpu``; started now if there is none): trusted code,
+    reused like the runner (:mod:`mk.harness.compiler`)."""
+    from mk.harness.compiler import environment
+
+    key = ("compiler", kind, memory_mb)
+    with _lock:
+        child = _runners.get(key)
+        if child is not None and child.alive():
+            return child
+        workdir = _new_dir(f"compiler-{kind}")
+        child = Child([sys.executable, "-I", "-B", "-m", "mk.harness.compiler", str(workdir)], workdir, memory_mb,
+                      env=environment(kind, workdir))
+        _runners[key] = child.start()
+        return child
+
+
 def tracer(env: Mapping[str, str], memory_mb: int, isolation: Any) -> Child:
     """A started, isolated tracer waiting for its candidate; a spare for the next evaluation starts after it."""
     key = _key(env, memory_mb, isolation.kind)

@@ -80,6 +80,78 @@ class CostResult(BaseModel):
     note: str = ""
 
 
+class KernelFigures(BaseModel):
+    """What the chip's compiler reported for one kernel of a compiled program (a Pallas kernel, or on a GPU an XLA
+    fusion): TPU scoped VMEM; GPU shared memory, registers, spills, grid and threads (``ptxas -v`` and XLA's thunks)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    #: ``pallas`` (the candidate's kernel) or ``xla`` (a kernel XLA generated around it)
+    kind: Literal["pallas", "xla"] = "pallas"
+    scoped_vmem_bytes: Optional[int] = None
+    shared_memory_bytes: Optional[int] = None
+    registers: Optional[int] = None
+    spill_store_bytes: Optional[int] = None
+    spill_load_bytes: Optional[int] = None
+    stack_bytes: Optional[int] = None
+    grid: list[int] = Field(default_factory=list)
+    threads: list[int] = Field(default_factory=list)
+
+
+class CompileResult(BaseModel):
+    """The real compiler for one chip on the exported device program of one scale (compiled here, without the chip)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chip: str
+    scale: str
+    ok: bool
+    #: whether the scale's cases ran (a failure there is ``compile_error``); False for a declared scale compiled only
+    judged: bool = True
+    seconds: float = 0.0
+    #: the compiler's own message when it refused the program (which buffer, how many bytes, which limit)
+    error: str = ""
+    kernels: list[KernelFigures] = Field(default_factory=list)
+    code_bytes: Optional[int] = None
+    temp_bytes: Optional[int] = None
+    #: the chip's limits the figures are measured against (``scoped_vmem_bytes``, ``shared_memory_per_block_bytes``...)
+    limits: dict[str, int] = Field(default_factory=dict)
+    #: the compilers' versions (the cache key's too)
+    compiler: str = ""
+
+    @property
+    def spill_bytes(self) -> int:
+        return sum((k.spill_store_bytes or 0) + (k.spill_load_bytes or 0) for k in self.kernels if k.kind == "pallas")
+
+    def summary(self) -> str:
+        """One line: what the compiler reported, or why it refused."""
+        if not self.ok:
+            return f"{self.chip} at {self.scale}: does not compile ({self.error})"
+        parts = []
+        for k in self.kernels:
+            if k.kind != "pallas":
+                continue
+            if k.scoped_vmem_bytes is not None:
+                limit = self.limits.get("scoped_vmem_bytes")
+                parts.append(f"{k.name} {_mib(k.scoped_vmem_bytes)} VMEM" + (f" of {_mib(limit)}" if limit else ""))
+            elif k.shared_memory_bytes is not None:
+                limit = self.limits.get("shared_memory_per_block_bytes")
+                spill = (k.spill_store_bytes or 0) + (k.spill_load_bytes or 0)
+                parts.append(f"{k.name} {_kib(k.shared_memory_bytes)} shared" + (f" of {_kib(limit)}" if limit else "")
+                             + (f", {k.registers} registers" if k.registers is not None else "")
+                             + (f", {spill} B spilled" if spill else ""))
+        return f"{self.chip} at {self.scale}: " + ("; ".join(parts) if parts else "compiled")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _kib(n: int) -> str:
+    return f"{n / 2**10:.1f} KiB"
+
+
 #: what separates a verdict's reason from the whole error in :meth:`EvalResult.fix_text`
 WHOLE_ERROR = "\n\nThe whole error:"
 
@@ -121,6 +193,10 @@ class EvalResult(BaseModel):
     envelope: dict = Field(default_factory=dict)
     #: the key of the case a failing verdict failed on (``mk eval ... --case KEY`` reproduces it), else ""
     failed_case: str = ""
+    #: which check compiled the device program: ``compiled for v6e (libtpu ...)`` or ``lowered only: <why>``
+    compile_check: str = ""
+    #: the chip's compiler on the device program, per scale (judged scales and declared scales compiled only)
+    compiled: list[CompileResult] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -195,10 +195,13 @@ def trace(request: dict[str, Any]) -> dict[str, Any]:
         fn = _as_target(_bind(entry, static, spec["static_as_kwargs"], spec["static_names"], spec.get("config") or {}))
         try:
             with target.lowering_context(spec.get("chip", "v6e")):
-                scales[s["name"]] = _programs(workdir, s["name"], fn, structs, target)
-                if "backward" in _state:
+                scales[s["name"]] = _programs(workdir, s["name"], fn, structs, target, bool(s.get("compile_only")))
+                if "backward" in _state and not s.get("compile_only"):
                     scales[s["name"]]["backward"] = _backward_programs(workdir, s, static, structs, target)
         except BaseException as exc:  # noqa: BLE001
+            if s.get("compile_only") and isinstance(exc, Exception):  # a scale the cases do not run: not claimed
+                scales[s["name"]] = {"compile_only_error": _failure("compile", exc, (), scale=s["name"]).get("error", "")}
+                continue
             return _failure("compile", exc, denied_events(), scale=s["name"])
         seconds[f"compile:{s['name']}"] = time.perf_counter() - t1
     denied = denied_events()
@@ -228,7 +231,10 @@ def _facts(closed: Any, target: Any) -> dict[str, Any]:
     }
 
 
-def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: Any) -> dict[str, Any]:
+def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: Any, compile_only: bool = False
+              ) -> dict[str, Any]:
+    """Export the scale's programs: the target's (for the device and the chip's compiler) and, unless the scale is
+    ``compile_only`` (a declared scale the cases do not run), the CPU form the cases run."""
     import jax
     from jax import export
     from jax.extend import core as jcore
@@ -245,12 +251,14 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         flat = jcore.jaxpr_as_fun(c)
         return jax.jit(lambda *a: jax.tree_util.tree_unflatten(out_tree, flat(*a)))
 
-    interpreted = program.with_interpret(closed, True)
     cpu_file = f"{scale}.cpu"
     cpu_error = None
     try:
-        cpu = export.export(as_fun(interpreted), platforms=["cpu"])(*structs)
-        (workdir / cpu_file).write_bytes(cpu.serialize())
+        if compile_only and not target.host:
+            cpu_file = None
+        else:
+            cpu = export.export(as_fun(program.with_interpret(closed, True)), platforms=["cpu"])(*structs)
+            (workdir / cpu_file).write_bytes(cpu.serialize())
     except Exception as exc:  # noqa: BLE001 - e.g. a DMA kernel the HLO interpreter cannot run
         cpu_file, cpu_error = None, f"{type(exc).__name__}: {_first_line(exc)}"
     if target.host:
@@ -262,7 +270,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(target.kernel_calls)]
         exported = export.export(as_fun(closed), platforms=[target.platform], disabled_checks=checks)(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
-    if cpu_file is None or (target.interpreter == "tpu" and facts["kernels"]):  # the TPU interpreter: fallback, cross-check
+    if not compile_only and (cpu_file is None or (target.interpreter == "tpu" and facts["kernels"])):  # the TPU interpreter: fallback, cross-check
         _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, target.interpret_params())), out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 

@@ -1,0 +1,150 @@
+"""The compile stage: the chip's real compiler on the device program the judge checked.
+
+After the program checks, the judge (never the tracer) hands each scale's
+exported target program, byte for byte the one whose kernels and custom calls
+it read, to the compile worker (:mod:`mk.harness.compiler`) for the evaluation's
+chip: at every judged scale and at each of the task's declared scales that the
+cases do not run (``full`` under ``--scale ci``: compiling it costs seconds where
+interpreting it costs hours). Rules:
+
+- a scale whose cases run and that the chip's compiler refuses is
+  ``compile_error`` with the compiler's own message (which buffer, how many
+  bytes, which limit), the chip and the scale;
+- a declared scale compiled only, that the compiler refuses, is not claimed:
+  it is recorded (``EvalResult.compiled``), flagged, and it stays outside the
+  kernel's envelope;
+- register spills on a GPU are a flag, and ``compile_error`` where the user asks
+  (``no_spills``);
+- a compile past its deadline is ``timeout`` naming the compile phase;
+- without the compilers, nothing silently degrades: ``compile_check`` says
+  ``lowered only: <which package is missing>``.
+
+Results are cached in the judge's process by (program digest, chip, compiler
+versions): the compiler is deterministic, and autotuning or a search re-judges
+the same program often.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import threading
+from typing import Any
+
+from mk.chips import INSTALL_HINT, Chip, compiler_missing
+from mk.harness.process import ChildFailed
+from mk.harness.results import CompileResult, KernelFigures
+
+log = logging.getLogger(__name__)
+
+#: seconds one chip compile may take (a conv kernel's H100 compile was seen running past 5 minutes)
+COMPILE_S = 300.0
+_cache: dict[tuple[str, str, bool], tuple[CompileResult, str]] = {}
+_cache_lock = threading.Lock()
+_versions: dict[str, str] = {}
+
+
+class CompileRefused(Exception):
+    """The chip's compiler refused a judged scale (or its deadline passed): the judge's verdict, from the stage."""
+
+    def __init__(self, status: str, reason: str, error: str = ""):
+        super().__init__(reason)
+        self.status, self.reason, self.error = status, reason, error
+
+
+def lowered_only(chip: Chip) -> str | None:
+    """``lowered only: ...`` when this machine cannot compile for ``chip`` (what every verdict then says), else None."""
+    missing = compiler_missing(chip.kind)
+    return f"lowered only: {missing}, so nothing was compiled for {chip.name} (to compile for it: {INSTALL_HINT})" \
+        if missing else None
+
+
+def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, memory_mb: int,
+                   deadline_s: float = COMPILE_S, no_spills: bool = False) -> tuple[list[CompileResult], list[str]]:
+    """Compile each scale's exported device program for ``chip``: the results and the flags they raise. Raises
+    :class:`CompileRefused` for a judged scale the compiler refuses or a compile past ``deadline_s``."""
+    from mk.harness import pool
+
+    results: list[CompileResult] = []
+    flags: list[str] = []
+    for scale, blob in programs.items():
+        key = (hashlib.sha256(blob).hexdigest(), chip.name, no_spills)
+        with _cache_lock:
+            cached, full_error = _cache.get(key, (None, ""))
+        if cached is None:
+            worker = pool.compiler(chip.kind, memory_mb)
+            version = _versions.get(chip.kind)
+            if version is None:
+                version = _versions[chip.kind] = str(worker.ask({"op": "versions"}, 60.0, "reading the compilers' versions")
+                                                     .get("versions", ""))
+            name = f"program-{secrets.token_hex(6)}.export"
+            (worker.workdir / name).write_bytes(blob)
+            try:
+                reply = worker.ask({"op": "compile", "program": name, "chip": chip.name}, deadline_s,
+                                   f"the {chip.name} compile (chip compile phase) at scale {scale}")
+            except ChildFailed as exc:
+                pool.discard(worker)
+                if exc.outcome == "timeout":
+                    raise CompileRefused("timeout", f"compiling for {chip.name} at scale {scale} ran past its "
+                                                    f"{deadline_s:.0f} s limit (the chip compile phase)") from None
+                raise CompileRefused("crashed", f"the {chip.name} compiler crashed at scale {scale}: {exc.message}") from None
+            finally:
+                (worker.workdir / name).unlink(missing_ok=True)
+            if reply.get("missing"):
+                raise RuntimeError(f"the compile worker found no compiler: {reply['missing']}")
+            cached, full_error = _result(chip, scale, reply, version), str(reply.get("error", ""))[:8000]
+            with _cache_lock:
+                _cache[key] = (cached, full_error)
+        result = cached.model_copy(update={"scale": scale, "judged": scale in judged})
+        results.append(result)
+        if not result.ok:
+            if result.judged:
+                raise CompileRefused("compile_error", f"the {chip.spec.full_name} compiler refuses the kernel at scale "
+                                                      f"{scale}: {result.error}", error=full_error)
+            flags.append(f"does not compile for {chip.name} at scale {scale} (a declared scale the cases do not run, so "
+                         f"it is not claimed): {result.error}")
+            continue
+        spilled = [k for k in result.kernels if k.kind == "pallas" and (k.spill_store_bytes or k.spill_load_bytes)]
+        if spilled:
+            k = spilled[0]
+            what = (f"kernel {k.name} spills registers on {chip.name} at scale {scale} ({k.spill_store_bytes or 0} B of "
+                    f"spill stores, {k.spill_load_bytes or 0} B of loads per thread, {k.registers} registers)")
+            if no_spills and result.judged:
+                raise CompileRefused("compile_error", f"{what}; --no-spills refuses it: use smaller blocks or fewer warps")
+            flags.append(what)
+    return results, flags
+
+
+def _result(chip: Chip, scale: str, reply: dict[str, Any], version: str) -> CompileResult:
+    kernels = [KernelFigures(**{k: v for k, v in item.items() if k in KernelFigures.model_fields})
+               for item in reply.get("kernels") or [] if isinstance(item, dict)]
+    return CompileResult(chip=chip.name, scale=scale, ok=bool(reply.get("ok")), seconds=float(reply.get("seconds") or 0.0),
+                         error="" if reply.get("ok") else summarize_error(str(reply.get("error", "unknown error"))),
+                         kernels=kernels, code_bytes=reply.get("code_bytes"), temp_bytes=reply.get("temp_bytes"),
+                         limits=chip.limits(), compiler=version)
+
+
+#: the lines of a compiler error that say which limit, which buffer and how many bytes
+_TELLING = re.compile(r"(Scoped allocation with size[^\n]*|Used [\d.]+[KMG] of [\d.]+[KMG] vmem[^\n]*|"
+                      r"Shared memory size limit exceeded[^\n]*|Insufficient registers[^\n]*|"
+                      r"register spilling[^\n]*|Mosaic failed to compile[^\n]*|exceeds? [^\n]*limit[^\n]*)", re.IGNORECASE)
+
+
+def summarize_error(text: str, limit: int = 500) -> str:
+    """The compiler's refusal in one line: its status and the lines that name the limit, the buffer and the bytes."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    head = lines[0] if lines else text.strip()
+    head = re.sub(r"^\w*Error:\s*", "", head)
+    telling = []
+    for m in _TELLING.finditer(text):
+        piece = m.group(1).strip()
+        if piece not in head and piece not in telling:
+            telling.append(piece)
+    largest = re.search(r"Largest program allocations in vmem:\s*1\.\s*Size:\s*([\d.]+[KMG])\s*Operator:\s*([^\n]*)", text)
+    if largest:
+        telling.append(f"largest buffer {largest.group(1)} ({largest.group(2).strip()[:120]})")
+    line = "; ".join([head[:300], *telling])
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+

@@ -1,0 +1,191 @@
+"""The compile worker: the chip's real compiler on exported device programs (trusted side).
+
+Started as ``python -I -B -m mk.harness.compiler WORKDIR`` with ``MK_CHIP_KIND``
+(``tpu`` or ``gpu``). Like the runner it never imports candidate code: it
+deserializes a ``jax.export`` artifact the judge already checked, and compiles
+it for a compile-only device of the chip (``mk.chips.compile_device``): libtpu's
+Mosaic and XLA:TPU, or XLA's CUDA pipeline with its Triton and ``ptxas``. It
+answers with the compiler's own error, or with the figures the compiler gives:
+
+- TPU: each ``tpu_custom_call``'s ``used_scoped_memory_configs`` (the kernel's
+  scoped VMEM), the program's generated code and temporary bytes;
+- GPU: each kernel's grid, threads and shared memory from XLA's thunk dump, and
+  registers, spill stores/loads and stack from ``ptxas -v`` on the dumped PTX.
+
+It runs in its own process so that a compile that runs for minutes (ptxas on a
+kernel that spills) is killed at the judge's deadline, and because libtpu takes a
+machine-wide lock (``ALLOW_MULTIPLE_LIBTPU_LOAD`` lets workers of several judges
+compile at once).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_state: dict[str, Any] = {"devices": {}}
+
+#: ``ptxas -v`` on one dumped PTX file is given at most this long
+PTXAS_S = 120.0
+
+
+def environment(kind: str, workdir: Path) -> dict[str, str]:
+    """The worker's environment for chips of ``kind`` (JAX pinned to the CPU: no device is ever opened)."""
+    from mk import chips
+
+    env = {"JAX_PLATFORMS": "cpu", "MK_CHIP_KIND": kind}
+    if kind == "tpu":
+        env.update(TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_WORKER_HOSTNAMES="localhost",
+                   TPU_ACCELERATOR_TYPE="v6e-1")
+    else:
+        cuda = chips.cuda_dir()
+        flags = [f"--xla_dump_to={workdir / 'dump'}"] + ([f"--xla_gpu_cuda_data_dir={cuda}"] if cuda else [])
+        env["XLA_FLAGS"] = " ".join(flags)
+    return env
+
+
+def versions(kind: str) -> str:
+    """The versions of the compilers for chips of ``kind`` (part of every result and of the judge's cache key)."""
+    from importlib import metadata
+
+    names = ("jaxlib", "libtpu") if kind == "tpu" else ("jaxlib", "jax-cuda12-plugin", "nvidia-cuda-nvcc-cu12")
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(found)
+
+
+def compile_program(request: dict[str, Any]) -> dict[str, Any]:
+    """Compile the exported program ``request["program"]`` (a path in the work dir) for ``request["chip"]``."""
+    import jax
+    from jax import export
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from mk import chips
+
+    chip = chips.get_chip(request["chip"])
+    missing = chips.compiler_missing(chip.kind)
+    if missing:
+        return {"ok": False, "missing": missing}
+    device = _state["devices"].get(chip.name)
+    if device is None:
+        device = _state["devices"][chip.name] = chips.compile_device(chip)
+    workdir: Path = _state["workdir"]
+    exported = export.deserialize(bytearray((workdir / request["program"]).read_bytes()))
+    sharding = NamedSharding(Mesh([device], ("x",)), PartitionSpec())
+    args = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in exported.in_avals]
+    dump = workdir / "dump"
+    shutil.rmtree(dump, ignore_errors=True)
+    t0 = time.perf_counter()
+    try:
+        compiled = jax.jit(exported.call).lower(*args).compile()
+    except Exception as exc:  # noqa: BLE001 - the compiler's refusal is the answer
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:20000], "seconds": time.perf_counter() - t0}
+    seconds = time.perf_counter() - t0
+    memory = compiled.memory_analysis()
+    reply: dict[str, Any] = {"ok": True, "seconds": seconds,
+                             "code_bytes": int(getattr(memory, "generated_code_size_in_bytes", 0) or 0) or None,
+                             "temp_bytes": int(getattr(memory, "temp_size_in_bytes", 0) or 0)}
+    if chip.kind == "tpu":
+        reply["kernels"] = tpu_kernels(compiled.as_text())
+    else:
+        reply["kernels"] = gpu_kernels(dump, chip.sm_arch)
+    shutil.rmtree(dump, ignore_errors=True)
+    return reply
+
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*custom_call_target=\"tpu_custom_call\"")
+_SCOPED = re.compile(r'\\?"used_scoped_memory_configs\\?":\s*\[([^\]]*)\]')
+_SIZE = re.compile(r'\\?"size\\?":\s*\\?"?(\d+)')
+
+
+def tpu_kernels(hlo_text: str) -> list[dict[str, Any]]:
+    """Each Mosaic kernel of a compiled TPU program: its instruction name and scoped VMEM bytes."""
+    kernels = []
+    for line in hlo_text.splitlines():
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        scoped = _SCOPED.search(line)
+        size = sum(int(x) for x in _SIZE.findall(scoped.group(1))) if scoped else 0
+        kernels.append({"name": re.sub(r"\.\d+$", "", m.group(1)), "kind": "pallas", "scoped_vmem_bytes": size})
+    return kernels
+
+
+_THUNK = re.compile(r"(kCustomKernel|kKernel)\s+(?:\[[^\]]*\]\s+)?(\S+)\s+grid:\s*\[([^\]]*)\]\s+threads:\s*\[([^\]]*)\]"
+                    r"\s+shared_memory:\s*(\d+)")
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+
+
+def gpu_kernels(dump: Path, arch: str) -> list[dict[str, Any]]:
+    """Each kernel of a compiled GPU program: grid, threads and shared memory (XLA's thunk sequence), registers and
+    spills (``ptxas -v`` on the dumped PTX, the same ptxas XLA ran). Triton kernels are ``pallas``; XLA's own
+    fusions ``xla``."""
+    kernels: dict[str, dict[str, Any]] = {}
+    for path in sorted(dump.glob("*thunk_sequence.txt")):
+        for m in _THUNK.finditer(path.read_text(errors="replace")):
+            kernels[m.group(2)] = {"name": m.group(2), "kind": "pallas" if m.group(1) == "kCustomKernel" else "xla",
+                                   "grid": _ints(m.group(3)), "threads": _ints(m.group(4)),
+                                   "shared_memory_bytes": int(m.group(5))}
+    for entry, figures in _ptxas(dump, arch).items():
+        if entry in kernels:
+            kernels[entry].update(figures)
+    return list(kernels.values())
+
+
+def _ptxas(dump: Path, arch: str) -> dict[str, dict[str, int]]:
+    from mk import chips
+
+    cuda = chips.cuda_dir()
+    if cuda is None:
+        return {}
+    found: dict[str, dict[str, int]] = {}
+    for ptx in sorted(dump.glob("*.ptx")):
+        if ptx.stat().st_size == 0:
+            continue
+        try:
+            out = subprocess.run([str(cuda / "bin" / "ptxas"), f"-arch={arch}", "-v", str(ptx), "-o", os.devnull],
+                                 capture_output=True, text=True, timeout=PTXAS_S).stderr
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        entry = None
+        for line in out.splitlines():
+            if (m := _PTXAS_ENTRY.search(line)):
+                entry = m.group(1)
+                found[entry] = {}
+            elif entry and (m := _PTXAS_FRAME.search(line)):
+                found[entry].update(stack_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)),
+                                    spill_load_bytes=int(m.group(3)))
+            elif entry and (m := _PTXAS_REGS.search(line)):
+                found[entry]["registers"] = int(m.group(1))
+    return found
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in re.findall(r"\d+", text)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mk.harness.process import serve
+
+    args = sys.argv[1:] if argv is None else argv
+    _state["workdir"] = Path(args[0] if args else os.getcwd()).resolve()
+    import jax  # noqa: F401  (imported before the first request: a warm worker)
+
+    serve({"compile": compile_program, "versions": lambda _r: {"ok": True, "versions": versions(os.environ.get("MK_CHIP_KIND", "tpu"))}})
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
