@@ -188,6 +188,9 @@ class Task:
     dim_units: Mapping[str, int] = field(default_factory=dict)
     #: Static arguments that may vary: name -> the value a held-out case uses (``None`` pins it).
     vary_static: Mapping[str, Any] = field(default_factory=dict)
+    #: Declared scales a run keeps out of its cases (``--scale ci``): the judge still compiles the candidate for the
+    #: chip at them (:mod:`mk.harness.chipcheck`), since that costs seconds where interpreting costs hours.
+    compile_only: Mapping[str, Scale] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not callable(self.reference):
@@ -343,6 +346,11 @@ class Task:
 
     def with_scales(self, scales: Mapping[str, Scale]) -> "Task":
         return dataclasses.replace(self, scales=dict(scales))
+
+    def only_scale(self, name: str) -> "Task":
+        """The task judged at scale ``name`` alone; its other declared scales stay as :attr:`compile_only`."""
+        return dataclasses.replace(self, scales={name: self.scale(name)},
+                                   compile_only={**self.compile_only, **{n: s for n, s in self.scales.items() if n != name}})
 
 
 def np_dtype(name: str) -> np.dtype:

@@ -37,6 +37,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--db", metavar="PATH", default=None, help="record the verdict in this DuckDB store (default: $MK_DB if set)")
     p.add_argument("--no-time", dest="measure", action="store_false", help="skip timing")
+    p.add_argument("--chip", metavar="CHIP", default=None,
+                   help="compile the device program for this chip (tpu: v5e, v5p, v6e, v7x; gpu: h100, h200, b200; "
+                        "default v6e / h100), with the real compiler and no device")
+    p.add_argument("--no-spills", action="store_true", help="a GPU kernel that spills registers is a compile_error")
     p.add_argument("--pure-jax", dest="require_pallas", action="store_false", default=None,
                    help="accept a pure-JAX rewrite on tpu/gpu (no pallas_call required)")
     p.set_defaults(func=run)
@@ -48,10 +52,13 @@ def run(args: argparse.Namespace) -> int:
     from mk.harness.evaluate import prestart
     from mk.loaders import load_task
 
+    from mk.chips import chip_for
+
+    chip_for(args.target, args.chip)  # an unknown chip, or one of the other kind, fails before anything runs
     prestart(args.target)  # the judge's processes import JAX while the task loads
     task = load_task(args.task)
     if args.scale:  # restrict the task as `mk optimize --scale` does, so the suite hash matches the kernel's header
-        task = task.with_scales({args.scale: task.scale(args.scale)})
+        task = task.only_scale(args.scale)
     candidate = load_candidate(args.candidate)
     db = args.db or os.environ.get("MK_DB")
     if db:  # a locked or unwritable store fails now, before the evaluation
@@ -62,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         _announce(task, args, candidate.source)
     suite = pick_cases(task, args.case, args.scale) if args.case else None
     result = evaluate(task, candidate, target=args.target, scale=None if suite else args.scale, suite=suite, measure=args.measure,
-                      require_pallas=args.require_pallas)
+                      require_pallas=args.require_pallas, chip=args.chip, no_spills=args.no_spills)
     if db:
         record(db, result)
     if args.json:
@@ -165,8 +172,37 @@ def _table(result: Any, args: argparse.Namespace) -> None:
                           f"{t.runs} runs over {t.input_sets} input sets", highlight=False)
         else:
             console.print(f"timing: {t.reason}", highlight=False)
+    if result.compile_check:
+        console.print(f"chip compile: {result.compile_check}", highlight=False, soft_wrap=True)
+    if result.compiled:
+        figures = Table("chip", "scale", "judged", "compiled", "kernel", "figures", "seconds", title="compiled for the chip")
+        for c in result.compiled:
+            kernels = [k for k in c.kernels if k.kind == "pallas"] or [None]
+            for k in kernels:
+                figures.add_row(c.chip, c.scale, "yes" if c.judged else "declared only", "yes" if c.ok else "no",
+                                k.name if k else "-", kernel_figures(k, c.limits) if k else c.error, f"{c.seconds:.2f}")
+        console.print(figures)
     for flag in result.flags:
         console.print(f"[bold yellow]flag:[/] {flag}", highlight=False)
+
+
+def kernel_figures(k: Any, limits: dict[str, int]) -> str:
+    """One kernel's compiler figures in words: VMEM against the chip's scoped limit, or shared memory, registers and
+    spills (a KernelFigures)."""
+    if k.scoped_vmem_bytes is not None:
+        limit = limits.get("scoped_vmem_bytes")
+        return f"{k.scoped_vmem_bytes / 2**20:.2f} MiB scoped VMEM" + (f" of {limit / 2**20:.0f} MiB" if limit else "")
+    parts = []
+    if k.shared_memory_bytes is not None:
+        limit = limits.get("shared_memory_per_block_bytes")
+        parts.append(f"{k.shared_memory_bytes / 1024:.1f} KiB shared" + (f" of {limit / 1024:.0f} KiB" if limit else ""))
+    if k.registers is not None:
+        parts.append(f"{k.registers} registers")
+    spill = (k.spill_store_bytes or 0) + (k.spill_load_bytes or 0)
+    parts.append(f"{spill} B spilled" if spill else "no spills")
+    if k.grid:
+        parts.append(f"grid {'x'.join(map(str, k.grid))}, {'x'.join(map(str, k.threads))} threads")
+    return ", ".join(parts)
 
 
 def _num(v: float | None) -> str:

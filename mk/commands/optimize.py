@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     console = make_console(stderr=args.json)
     task = load_task(args.task)
     if args.scale:
-        task = task.with_scales({args.scale: task.scale(args.scale)})
+        task = task.only_scale(args.scale)
 
     on_event = progress_printer(console)
 

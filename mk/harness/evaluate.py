@@ -188,7 +188,12 @@ def evaluate(
     run = _Run(task, tgt, suite, cand, timeouts or Timeouts(), timed, require_pallas, dict(config or {}), measure,
                timing or TimingOptions(), memory_mb)
     run.scales = tuple(suite.scales) + tuple(f.name for f in fresh)
-    run.compile_scales = tuple(s for s in suite_task.scales if s not in run.scales) if the_chip is not None else ()
+    if the_chip is not None:  # declared scales the cases do not run: compiled for the chip only
+        declared = {**suite_task.compile_only, **suite_task.scales}
+        run.compile_scales = tuple(s for s in declared if s not in run.scales)
+        extra = {s: declared[s] for s in run.compile_scales if s not in run.task.scales}
+        if extra:
+            run.task = run.task.with_scales({**run.task.scales, **extra})
     run.chip, run.no_spills = the_chip, no_spills
     run.env, run.iso, run.tracer, run.runner = children
     status, reason, error = "correct", "", ""

@@ -72,7 +72,10 @@ def _auto(run: Run, author: Any, meter: Any, on_event: Events, snapshots: list[A
 def outcome_of(traj: Any, author: Any, status: str | None = None, reason: str | None = None) -> Outcome:
     """The :class:`Outcome` of an Auto trajectory (auto, HITL and resumed runs alike)."""
     b = traj.best
-    best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale) if b else None
+    res = getattr(b, "result", None) if b else None
+    best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale,
+                compile_check=getattr(res, "compile_check", "") or "", compiled=list(getattr(res, "compiled", []) or [])) \
+        if b else None
     rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
              "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]
     from mk.authors import as_author

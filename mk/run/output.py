@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,9 @@ class Best:
     proposal: str
     config: dict[str, Any]
     rationale: str
+    #: the chip's compiler on the kept candidate (``EvalResult.compile_check`` and ``compiled``), where judged here
+    compile_check: str = ""
+    compiled: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -52,6 +55,9 @@ class OptimizeReport:
     #: what the kept kernel was verified on (:class:`mk.harness.envelope.Envelope` as a dict)
     envelope: dict[str, Any] | None = None
     mode: str = "auto"
+    #: which chip compile ran on the kept kernel, and the compiler's figures per scale (``CompileResult`` dumps)
+    compile_check: str = ""
+    compiled: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -94,6 +100,8 @@ def write_outputs(run: Any, outcome: Any, out: str | Path | None, *, author: str
         best={"proposal": best.proposal, "config": best.config, "rationale": best.rationale} if best else None,
         iterations=list(outcome.rows), declined=dict(outcome.declined),
         envelope=envelope.to_dict() if best and envelope is not None else None, mode=cfg.mode,
+        compile_check=best.compile_check if best else "",
+        compiled=[c.model_dump() for c in best.compiled] if best else [],
     )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +136,9 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
         f"# speedup: {speed}",
         f"# author: {best.proposal}",
     ]
+    if best.compile_check:
+        header.append(f"# chip compile: {best.compile_check}")
+        header += [f"#   {c.summary()}" for c in best.compiled]
     if best.config:
         tuned = "tuned by timing on " + device if measured else (
             f"not tuned: chosen without a {target.name.upper()} device, so it is the kernel's default, not a measured best")

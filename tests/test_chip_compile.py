@@ -1,0 +1,186 @@
+"""The judge's compile stage: the chip's real compiler, run here without the chip (mk/harness/chipcheck.py).
+
+Kernels that ``.lower()`` accepts and the compiler refuses: scoped VMEM over v5e's 16 MiB (fits v6e's 32 MiB),
+shared memory over H100's 227 KiB per block. Without the compilers the verdict says what ran instead."""
+
+from __future__ import annotations
+
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from mk import chips
+from mk.errors import TargetError
+from mk.harness import chipcheck, evaluate
+from mk.harness.compiler import gpu_kernels, tpu_kernels
+from mk.task import ArgSpec, Scale, Task, Tolerance
+
+needs_libtpu = pytest.mark.skipif(chips.compiler_missing("tpu") is not None, reason="libtpu is not installed")
+needs_cuda = pytest.mark.skipif(chips.compiler_missing("gpu") is not None, reason="the CUDA compiler is not installed")
+
+
+def ref_scale(x):
+    return x * 2.0 + 1.0
+
+
+# three scales: ci (judged), full (declared; under scale="ci" compiled only) and wide (one VMEM-hungry block)
+SCALE_TASK = Task("chip_scale", ref_scale, (ArgSpec("x", ("rows", 1024), "float32"),),
+                  {"ci": Scale("ci", {"rows": 64}), "full": Scale("full", {"rows": 8192})}, default_scale="ci",
+                  tolerance=Tolerance(1e-6, 1e-6))
+
+TPU_ELEMENTWISE = textwrap.dedent('''
+    import jax
+    from jax.experimental import pallas as pl
+
+    def _body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0 + 1.0
+
+    def kernel(x, *, block_rows: int = 32):
+        rows, d = x.shape
+        br = min(block_rows, rows)
+        return pl.pallas_call(_body, grid=(pl.cdiv(rows, br),), in_specs=[pl.BlockSpec((br, d), lambda i: (i, 0))],
+                              out_specs=pl.BlockSpec((br, d), lambda i: (i, 0)),
+                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+''')
+
+
+@needs_libtpu
+def test_tpu_kernel_compiled_for_v6e_at_every_scale_with_its_vmem():
+    r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False)
+    assert r.status == "correct", r.reason
+    assert r.compile_check.startswith("compiled for v6e at ci"), r.compile_check
+    by_scale = {c.scale: c for c in r.compiled}
+    assert by_scale["full"].ok and not by_scale["full"].judged  # a declared scale the cases did not run
+    assert by_scale["ci"].judged
+    k = by_scale["full"].kernels[0]
+    # 32 rows x 1024 f32 = 128 KiB a block; input and output, double-buffered: 512 KiB (the compiler's own count)
+    assert k.scoped_vmem_bytes == 4 * 32 * 1024 * 4
+    assert by_scale["full"].limits["scoped_vmem_bytes"] == 32 << 20
+    assert "VMEM of 32.00 MiB" in by_scale["full"].summary()
+    assert "compiled for v6e" in r.step("compile").detail
+
+
+@needs_libtpu
+def test_scoped_vmem_over_v5e_limit_is_compile_error_on_v5e_only():
+    # 1536 rows x 1024 f32 = 6 MiB a block, 24 MiB double-buffered in and out: over v5e's 16 MiB, under v6e's 32 MiB
+    config = {"block_rows": 1536}
+    task = SCALE_TASK.with_scales({"ci": Scale("ci", {"rows": 3072})})
+    source = TPU_ELEMENTWISE.replace("def kernel", "CONFIG_SPACE = {'block_rows': [32, 1536]}\n\ndef kernel")
+    v5e = evaluate(task, source, target="tpu", scale="ci", measure=False, config=config, chip="v5e")
+    assert v5e.status == "compile_error", v5e.reason
+    assert "v5e" in v5e.reason and "scale ci" in v5e.reason
+    assert "RESOURCE_EXHAUSTED" in v5e.reason and ("scoped" in v5e.reason.lower() or "vmem" in v5e.reason.lower())
+    assert "16.00M" in v5e.reason  # the limit, in the compiler's own words
+    v6e = evaluate(task, source, target="tpu", scale="ci", measure=False, config=config, chip="v6e")
+    assert v6e.status == "correct", v6e.reason
+    assert v6e.compiled[0].kernels[0].scoped_vmem_bytes == 24 << 20
+
+
+GPU_MATMUL = textwrap.dedent('''
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as pltriton
+
+    def _body(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)
+
+    def kernel(x, y, *, bm: int = 64, bn: int = 64):
+        m, k = x.shape
+        n = y.shape[1]
+        return pl.pallas_call(_body, grid=(pl.cdiv(m, bm), pl.cdiv(n, bn)),
+                              in_specs=[pl.BlockSpec((bm, k), lambda i, j: (i, 0)), pl.BlockSpec((k, bn), lambda i, j: (0, j))],
+                              out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+                              out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+                              compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1))(x, y)
+''')
+
+
+def ref_mm(x, y):
+    return jnp.dot(x, y, preferred_element_type=jnp.float32).astype(x.dtype)
+
+
+# Triton blocks are powers of two: the held-out size doubles m and n, keeps k
+MM_TASK = Task("chip_mm", ref_mm, (ArgSpec("x", ("m", "k"), "float16"), ArgSpec("y", ("k", "n"), "float16")),
+               {"ci": Scale("ci", {"m": 128, "k": 1024, "n": 128})}, tolerance=Tolerance(2e-2, 2e-2),
+               heldout=(Scale("heldout", {"m": 256, "k": 1024, "n": 256}),))
+
+
+@needs_cuda
+def test_gpu_shared_memory_over_h100_limit_is_compile_error():
+    # a 128 x 1024 and a 1024 x 128 f16 block: 512 KiB of shared memory, where one H100 block may have 227 KiB
+    source = GPU_MATMUL.replace("def kernel", "CONFIG_SPACE = {'bm': [64, 128], 'bn': [64, 128]}\n\ndef kernel")
+    r = evaluate(MM_TASK, source, target="gpu", measure=False, config={"bm": 128, "bn": 128})
+    assert r.status == "compile_error", r.reason
+    assert "Shared memory size limit exceeded" in r.reason and "232448" in r.reason
+    assert "h100" in r.reason.lower() and "scale ci" in r.reason
+
+
+@needs_cuda
+def test_gpu_kernel_figures_from_ptxas():
+    r = evaluate(MM_TASK, GPU_MATMUL.replace("k = x.shape", "k = x.shape").replace("bm: int = 64", "bm: int = 16")
+                 .replace("bn: int = 64", "bn: int = 16"), target="gpu", measure=False)
+    assert r.status == "correct", r.reason
+    k = next(k for k in r.compiled[0].kernels if k.kind == "pallas")
+    assert k.shared_memory_bytes is not None and 0 < k.shared_memory_bytes <= 232448
+    assert k.registers is not None and k.registers > 0
+    assert k.spill_store_bytes == 0
+    assert k.threads == [128, 1, 1] and k.grid[:2] == [8, 8]
+
+
+def test_without_the_compiler_the_verdict_says_lowered_only(monkeypatch):
+    monkeypatch.setattr(chipcheck, "compiler_missing", lambda kind: "libtpu is not installed")
+    r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False)
+    assert r.status == "correct", r.reason
+    assert r.compile_check.startswith("lowered only: libtpu is not installed")
+    assert "mk[aot]" in r.compile_check
+    assert r.compiled == []
+
+
+@needs_libtpu
+def test_a_compile_past_its_deadline_is_a_timeout_naming_the_phase():
+    from jax import export
+
+    exported = export.export(jax.jit(lambda x: jnp.sin(x) @ x.T), platforms=["tpu"])(jax.ShapeDtypeStruct((2048, 2048), jnp.float32))
+    with pytest.raises(chipcheck.CompileRefused) as info:
+        chipcheck.compile_scales(chips.get_chip("v5e"), {"ci": exported.serialize()}, {"ci"}, memory_mb=4096, deadline_s=0.05)
+    assert info.value.status == "timeout" and "chip compile phase" in info.value.reason
+
+
+def test_chips_are_data():
+    assert set(chips.chip_names("tpu")) >= {"v5e", "v5p", "v6e", "v7x"}
+    assert set(chips.chip_names("gpu")) >= {"h100", "h200"}
+    assert chips.get_chip("tpu7x").name == "v7x"
+    assert chips.chip_for("tpu").name == "v6e" and chips.chip_for("gpu").name == "h100"
+    assert chips.chip_for("cpu") is None
+    with pytest.raises(TargetError, match="not a chip for target"):
+        chips.chip_for("tpu", "h100")
+    with pytest.raises(TargetError, match="unknown chip"):
+        chips.get_chip("v9z")
+    proto = chips.gpu_target_config(chips.get_chip("h200"))
+    assert 'device_description_str: "NVIDIA H200"' in proto and "shared_memory_per_block_optin: 232448" in proto
+
+
+def test_compiler_messages_summarised_with_the_limit_and_the_buffer():
+    text = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space vmem. Used 161.83M of "
+            "127.94M vmem. Exceeded vmem capacity by 33.89M.\n\nProgram vmem requirement 161.83M:\n    scoped          161.83M\n\n"
+            "  Largest program allocations in vmem:\n\n  1. Size: 64.00M\n     Operator: op_name=\"jit(call)/pallas_call\"\n")
+    line = chipcheck.summarize_error(text)
+    assert "Used 161.83M of 127.94M vmem" in line and "largest buffer 64.00M" in line and "\n" not in line
+    assert chipcheck.summarize_error("JaxRuntimeError: RESOURCE_EXHAUSTED: Shared memory size limit exceeded: requested "
+                                     "1048576, available: 232448").startswith("RESOURCE_EXHAUSTED: Shared memory")
+
+
+def test_figure_parsers(tmp_path):
+    hlo = ('  %my_mm.1 = bf16[1024,1024]{1,0} custom-call(%a, %b), custom_call_target="tpu_custom_call", '
+           'backend_config={"custom_call_config":{"used_scoped_memory_configs":[{"memory_space":"1","offset":"0","size":"1310720"}]}}')
+    assert tpu_kernels(hlo) == [{"name": "my_mm", "kind": "pallas", "scoped_vmem_bytes": 1310720}]
+    (tmp_path / "m.thunk_sequence.txt").write_text(
+        "001: kCustomKernel [source | sink] k grid: [16, 16, 1] threads: [128, 1, 1]  shared_memory: 16384 bytes\n"
+        "002: kCustomKernel [prev=001 (1) | sink        ] loop_multiply_fusion grid: [2048, 1, 1] threads: [128, 1, 1]  shared_memory: 0 bytes\n"
+        "003: kKernel loop_add_fusion grid: [4, 1, 1] threads: [256, 1, 1]  shared_memory: 0 bytes\n")
+    found = gpu_kernels(tmp_path, "sm_90a")
+    assert found[0] == {"name": "k", "kind": "pallas", "grid": [16, 16, 1], "threads": [128, 1, 1], "shared_memory_bytes": 16384}
+    assert [k["kind"] for k in found[1:]] == ["xla", "xla"]
