@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     _sigterm_interrupts()
+    from mk.targets import pin_jax_to_cpu_without_devices
+
+    pin_jax_to_cpu_without_devices()  # no TPU/GPU here: JAX need not try (and print) each installed plugin
     try:
         return int(args.func(args) or 0)
     except MkError as err:

@@ -44,6 +44,14 @@ class Target:
     #: device, and the one compiled for unless a chip is named (``mk.chips``); "" for a target that compiles for none
     chip_kind: str = ""
     default_chip: str = ""
+    #: a glob of the device files present on a machine with this target's device (checked without importing JAX)
+    device_nodes: str = ""
+
+    def device_nodes_present(self) -> bool:
+        """Whether this machine shows the target's device files (a guess made without importing JAX)."""
+        import glob
+
+        return bool(self.device_nodes) and bool(glob.glob(self.device_nodes))
 
     @property
     def needs_kernel(self) -> bool:
@@ -266,11 +274,24 @@ def register_target(target: Target) -> Target:
 
 
 register_target(Target("tpu", platform="tpu", device_platform="tpu", kernel_language="mosaic", interpreter="tpu",
-                       kernel_calls=frozenset({"tpu_custom_call"}), chip_kind="tpu", default_chip="v6e"))
+                       kernel_calls=frozenset({"tpu_custom_call"}), chip_kind="tpu", default_chip="v6e",
+                       device_nodes="/dev/accel[0-9]*"))
 register_target(Target("gpu", platform="cuda", device_platform="gpu", kernel_language="triton",
                        kernel_calls=frozenset({"__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu", "mosaic_gpu_v2"}),
-                       chip_kind="gpu", default_chip="h100"))
+                       chip_kind="gpu", default_chip="h100", device_nodes="/dev/nvidia[0-9]*"))
 register_target(Target("cpu", platform="cpu", device_platform="cpu", host=True))
+
+
+def pin_jax_to_cpu_without_devices() -> bool:
+    """Pin JAX to the CPU (``JAX_PLATFORMS=cpu``, unless set) when no registered target's device files exist here.
+    mk's command line calls it before JAX is imported: with the compilers installed (libtpu, the CUDA plugin), JAX
+    would otherwise try each plugin and print its failure. Returns whether it pinned."""
+    import os
+
+    if "JAX_PLATFORMS" in os.environ or any(t.device_nodes_present() for t in _TARGETS.values()):
+        return False
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    return True
 
 
 def target_names() -> tuple[str, ...]:

@@ -262,14 +262,11 @@ def prestart(target: str, memory_limit_mb: int | None = None) -> None:
     start-up, e.g. loading the task); the next :func:`evaluate` takes them."""
     from mk.harness import isolation, pool
 
-    import glob
-
     tgt = get_target(target)
     memory_mb = int(memory_limit_mb or default_memory_limit_mb())
     # a guess without importing JAX here (that would serialise the start-up this overlaps); when it is wrong the
     # evaluation's own key differs and it starts its processes itself
-    device = {"gpu": "/dev/nvidia[0-9]*", "tpu": "/dev/accel[0-9]*"}.get(tgt.name)
-    env = {} if device and glob.glob(device) else {"JAX_PLATFORMS": "cpu"}
+    env = {} if tgt.device_nodes_present() else {"JAX_PLATFORMS": "cpu"}
     pool.prepare_spare({**env, "MK_TARGET": tgt.name}, memory_mb, isolation.detect())
     pool.runner(env, memory_mb)
 
