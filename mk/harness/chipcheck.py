@@ -129,7 +129,7 @@ def _result(chip: Chip, scale: str, reply: dict[str, Any], version: str) -> Comp
 #: the lines of a compiler error that say which limit, which buffer and how many bytes
 _TELLING = re.compile(r"(Scoped allocation with size[^\n]*|Used [\d.]+[KMG] of [\d.]+[KMG] vmem[^\n]*|"
                       r"Shared memory size limit exceeded[^\n]*|Insufficient registers[^\n]*|"
-                      r"register spilling[^\n]*|Mosaic failed to compile[^\n]*|exceeds? [^\n]*limit[^\n]*)", re.IGNORECASE)
+                      r"register spilling[^\n]*|Mosaic failed to compile[^\n]*|Maximum allowed number of elements[^\n]*?than that|exceeds? [^\n]*limit[^\n]*)", re.IGNORECASE)
 
 
 def summarize_error(text: str, limit: int = 500) -> str:

@@ -135,7 +135,7 @@ def gpu_kernels(dump: Path, arch: str) -> list[dict[str, Any]]:
     kernels: dict[str, dict[str, Any]] = {}
     for path in sorted(dump.glob("*thunk_sequence.txt")):
         for m in _THUNK.finditer(path.read_text(errors="replace")):
-            xla = m.group(1) == "kKernel" or re.search(r"fusion(\.\d+)?$", m.group(2)) is not None  # XLA's own fusions
+            xla = m.group(1) == "kKernel" or re.search(r"fusion([._]\d+)?$", m.group(2)) is not None  # XLA's own fusions
             kernels[m.group(2)] = {"name": m.group(2), "kind": "xla" if xla else "pallas",
                                    "grid": _ints(m.group(3)), "threads": _ints(m.group(4)),
                                    "shared_memory_bytes": int(m.group(5))}
