@@ -19,6 +19,7 @@ combines each token's k rows with their weights. The router is the reference's o
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -206,7 +207,9 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     names = arg_names(task)
     if set(names) & _DEFINED:
         raise Unsupported(f"an input is named like a function of the kernel module: {sorted(set(names) & _DEFINED)}")
-    _check_sparse(task, traced[0], prog, found)
+    small = min(traced, key=lambda t: sum(math.prod(x) for x in t.shapes))  # the reference runs here, on the CPU
+    sprog = prog if small is traced[0] else flatten(small.jaxpr)
+    _check_sparse(task, small, sprog, found if sprog is prog else _find(sprog))
     probes = probes_for(task, traced)
     programs = [flatten(t.jaxpr) for t in probes.traces]
     if any([o.prim for o in p.ops] != [o.prim for o in prog.ops] for p in programs):

@@ -146,7 +146,11 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         raise Unsupported("paged attention has two products (scores, then values), found "
                           f"{sum(op.prim == 'dot_general' for op in prog.ops)}")
     scale = score_scale(prog)
-    roles = _verify(task, t0.scale, roles, scale)
+    small = min(traced, key=lambda t: sum(math.prod(x) for x in t.shapes))  # the reference runs here, on the CPU
+    if small is t0:
+        roles = _verify(task, t0.scale, roles, scale)
+    else:  # the roles are argument positions, the same at every scale
+        roles = _verify(task, small.scale, _roles(task, small.shapes), score_scale(from_jaxpr(small.jaxpr)))
     dot = next(op for op in prog.ops if op.prim == "dot_general")
     sd = np.dtype(dot.out.dtype).name
     score_dtype = f"jnp.{sd}" if sd in ("bfloat16", "float16") else "None"
