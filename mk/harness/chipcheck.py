@@ -62,9 +62,11 @@ def lowered_only(chip: Chip) -> str | None:
 
 
 def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, memory_mb: int,
-                   deadline_s: float = COMPILE_S, no_spills: bool = False) -> tuple[list[CompileResult], list[str]]:
+                   deadline_s: float = COMPILE_S, no_spills: bool = False, strict: bool = True
+                   ) -> tuple[list[CompileResult], list[str]]:
     """Compile each scale's exported device program for ``chip``: the results and the flags they raise. Raises
-    :class:`CompileRefused` for a judged scale the compiler refuses or a compile past ``deadline_s``."""
+    :class:`CompileRefused` for a judged scale the compiler refuses or a compile past ``deadline_s``; with
+    ``strict=False`` (a chip compiled for information, beside the verdict's own) every refusal is a flag."""
     from mk.harness import pool
 
     results: list[CompileResult] = []
@@ -86,6 +88,9 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
                                    f"the {chip.name} compile (chip compile phase) at scale {scale}")
             except ChildFailed as exc:
                 pool.discard(worker)
+                if not strict:
+                    flags.append(f"the {chip.name} compile at scale {scale} did not finish: {exc.message}")
+                    continue
                 if exc.outcome == "timeout":
                     raise CompileRefused("timeout", f"compiling for {chip.name} at scale {scale} ran past its "
                                                     f"{deadline_s:.0f} s limit (the chip compile phase)") from None
@@ -100,18 +105,19 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
         result = cached.model_copy(update={"scale": scale, "judged": scale in judged})
         results.append(result)
         if not result.ok:
-            if result.judged:
+            if result.judged and strict:
                 raise CompileRefused("compile_error", f"the {chip.spec.full_name} compiler refuses the kernel at scale "
                                                       f"{scale}: {result.error}", error=full_error)
-            flags.append(f"does not compile for {chip.name} at scale {scale} (a declared scale the cases do not run, so "
-                         f"it is not claimed): {result.error}")
+            flags.append(f"does not compile for {chip.name} at scale {scale}" + (" (a declared scale the cases do not run, "
+                         "so it is not claimed)" if not result.judged else " (a chip compiled beside the verdict's own)")
+                         + f": {result.error}")
             continue
         spilled = [k for k in result.kernels if k.kind == "pallas" and (k.spill_store_bytes or k.spill_load_bytes)]
         if spilled:
             k = spilled[0]
             what = (f"kernel {k.name} spills registers on {chip.name} at scale {scale} ({k.spill_store_bytes or 0} B of "
                     f"spill stores, {k.spill_load_bytes or 0} B of loads per thread, {k.registers} registers)")
-            if no_spills and result.judged:
+            if no_spills and result.judged and strict:
                 raise CompileRefused("compile_error", f"{what}; --no-spills refuses it: use smaller blocks or fewer warps")
             flags.append(what)
     return results, flags

@@ -109,6 +109,7 @@ class _Run:
     compile_scales: tuple[str, ...] = ()
     #: the chip the device program is compiled for (None: a target that compiles for no chip)
     chip: Any = None
+    also_chips: tuple[Any, ...] = ()
     no_spills: bool = False
     compile_check: str = ""
     compiled: list[Any] = field(default_factory=list)
@@ -133,13 +134,15 @@ def evaluate(
     timing: TimingOptions | None = None,
     chip: str | None = None,
     no_spills: bool = False,
+    also_chips: tuple[str, ...] | list[str] = (),
 ) -> EvalResult:
     """Judge ``candidate`` on ``task`` for ``target``.
 
     ``scale``: restrict correctness to that scale and time there (default: the
     suite covers every scale; timing at the task's default scale).
     ``chip``: the chip the device program is compiled for (``mk.chips``; default the target's, v6e or h100);
-    ``no_spills``: a GPU kernel that spills registers is a ``compile_error``.
+    ``no_spills``: a GPU kernel that spills registers is a ``compile_error``; ``also_chips``: chips of the same kind
+    the program is also compiled for, as information (figures in ``compiled``, refusals as flags, never the verdict).
     ``require_pallas`` defaults to True for tpu/gpu. ``config`` is passed to
     the entry as keyword tunables. Never raises for anything the candidate
     does; raises :class:`TaskError`/:class:`CandidateError` for bad inputs."""
@@ -195,6 +198,7 @@ def evaluate(
         if extra:
             run.task = run.task.with_scales({**run.task.scales, **extra})
     run.chip, run.no_spills = the_chip, no_spills
+    run.also_chips = tuple(c for c in (chip_for(tgt, name) for name in also_chips) if c is not None and c != the_chip)
     run.env, run.iso, run.tracer, run.runner = children
     status, reason, error = "correct", "", ""
     timing_res: TimingResult | None = None
@@ -503,6 +507,14 @@ def _compile_for_chip(run: _Run) -> None:
     done = [r.scale for r in results if r.ok]
     run.compile_check = f"compiled for {run.chip.name} at {', '.join(done) or 'no scale'}" + (
         f" ({results[0].compiler})" if results and results[0].compiler else "")
+    for other in run.also_chips:  # information beside the verdict: figures, and refusals as flags
+        t1 = time.perf_counter()
+        more, notes = chipcheck.compile_scales(other, programs, set(run.scales), memory_mb=run.memory_mb, strict=False)
+        run.seconds["chip_compile"] += time.perf_counter() - t1
+        run.compiled.extend(more)
+        run.flags.extend(notes)
+        ok = [r.scale for r in more if r.ok]
+        run.compile_check += f"; also for {other.name} at {', '.join(ok) or 'no scale'}"
 
 
 def _ablate(run: _Run) -> None:
@@ -817,7 +829,7 @@ def _child_verdict(run: _Run, exc: ChildFailed) -> tuple[str, str]:
 
 def _compile_step(run: _Run, status: str) -> StepResult:
     ok = bool(run.programs) and status not in ("compile_error",)
-    secs = sum(v for k, v in run.seconds.items() if k == "import" or k.startswith("compile"))
+    secs = sum(v for k, v in run.seconds.items() if k in ("import", "chip_compile") or k.startswith("compile"))
     detail = run.compile_detail + (f"; {run.compile_check}" if run.compile_check else "")
     return StepResult(name="compile", ok=ok if run.programs or status == "compile_error" else None, seconds=secs,
                       detail=detail if ok else "did not compile" if status == "compile_error" else "not run")

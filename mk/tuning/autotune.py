@@ -143,8 +143,23 @@ def autotune(
         valid = [t.params for t in complete]
         best = default if default in valid else valid[0]
         note = "speed not measured on this machine for this target: kept the default config among the valid ones"
-    final = evaluate(task, candidate, target=target, suite=suite, config=best)
+    final = evaluate(task, candidate, target=target, suite=suite, config=best, **_other_chips(evaluate, target))
     return TuneResult(best, final, outcomes, measured=measured, note=note)
+
+
+def _other_chips(evaluate: Callable[..., EvalResult], target: str) -> dict[str, Any]:
+    """The winner's verification also compiles for every chip of the target's kind (its figures per chip go into the
+    kernel's header), where the judge given takes ``also_chips``."""
+    import inspect
+
+    from mk.chips import chips_for_target
+
+    try:
+        params = inspect.signature(evaluate).parameters
+    except (TypeError, ValueError):
+        return {}
+    takes = "also_chips" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {"also_chips": chips_for_target(target)} if takes and chips_for_target(target) else {}
 
 
 def _default_config(candidate: Candidate, space: dict[str, list[Any]]) -> dict[str, Any]:
