@@ -266,6 +266,8 @@ def norm_backward(task: Task, traced: list[Traced], layout: RowLayout, target: s
         return None
     if any(not jnp.issubdtype(np_dtype(a.dtype), jnp.floating) for a in task.args):
         return None
+    # the reference runs on the CPU below: at the smallest traced size (a task's first scale may be gigabytes)
+    t0 = min(traced, key=lambda t: sum(math.prod(x) for x in t.shapes))
     statics = {s.name: v for s, v in zip(task.static, task.static_values(t0.scale))}
     eps_options = [(n, float(v)) for n, v in statics.items() if isinstance(v, float)]
     eps_options += [(repr(v), v) for v in _float_literals(t0.jaxpr.jaxpr) if v not in [e for _, e in eps_options]]
@@ -375,6 +377,7 @@ def _softmax_op(task: Task, traced: list[Traced], layout: RowLayout) -> NormBack
     t0 = traced[0]
     if len(task.args) != 1 or layout.row_inputs != (True,) or len(t0.jaxpr.jaxpr.outvars) != 1:
         return None
+    t0 = min(traced, key=lambda t: sum(math.prod(x) for x in t.shapes))  # the reference runs on the CPU below
     shape = tuple(t0.shapes[0])
     if layout.lead != len(shape) - 1 or tuple(t0.jaxpr.jaxpr.outvars[0].aval.shape) != shape:
         return None
