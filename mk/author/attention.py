@@ -282,7 +282,7 @@ def _vars(used: list) -> list[str]:
 
 
 _FAMILY_NAMES = {"flash_attention_tpu", "flash_attention_tpu_loop", "flash_attention_gpu",
-                 "flash_attention_gpu_two_pass", "_fa_block", "_sublanes", "_scores", "_fit", "_bias_spec",
+                 "flash_attention_gpu_two_pass", "_fa_block", "_fa_fit", "_sublanes", "_scores", "_fit", "_bias_spec",
                  "_grid_kernel", "_loop_kernel", "_tile_scores", "_score_fn", "_ranges", "_one_pass_kernel",
                  "_two_pass_kernel", "_call", "_MASKED", "CAUSAL", "SCORE_DTYPE", "scale", "bias", "out"}
 

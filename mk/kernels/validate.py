@@ -48,3 +48,18 @@ def vmem_budget(spec: Any, share: float = VMEM_SHARE) -> int:
     physical = spec.vmem_bytes or 16 << 20
     scoped = spec.scoped_vmem_default_bytes or min(physical, 16 << 20)
     return int(min(scoped, physical) * share)
+
+
+#: the share of a GPU block's opt-in shared memory a default configuration plans to fill (headroom for what the
+#: families' estimates leave out: Triton's layout conversions, reduction scratch, barriers)
+SMEM_SHARE = 0.85
+
+
+def smem_budget(spec: Any, share: float = SMEM_SHARE) -> int:
+    """Bytes of shared memory a GPU kernel's blocks may plan for: ``share`` of the most one block may opt in to
+    (``compile.shared_memory_per_block_optin_bytes`` in data/hardware.json: 227 KiB on H100/H200), else of the
+    per-SM figure, else of 99 KiB. The kernels get this number and fit their blocks to it at trace time, from the
+    sizes they are called with."""
+    optin = (getattr(spec, "compile", None) or {}).get("shared_memory_per_block_optin_bytes")
+    total = optin or spec.shared_mem_per_sm_bytes or 99 << 10
+    return int(int(total) * share)

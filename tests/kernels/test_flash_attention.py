@@ -8,6 +8,7 @@ import pytest
 
 from mk.kernels import flash_attention as fa
 from mk.targets import get_target
+from tests.kernels.chip_compile import compiled, fits, needs_cuda
 
 
 def _inputs(b, h, hkv, s, d, dtype, bias_shape, seed=0, dv=None):
@@ -75,3 +76,27 @@ def test_config_validates_and_space_is_legal():
     for target in ("tpu", "gpu"):
         assert fa.space(target, shapes)
         fa.default("v6e" if target == "tpu" else "h200", shapes).check(target)
+
+
+@pytest.mark.parametrize("schedule", sorted(fa.SCHEDULES))
+def test_gpu_blocks_fit_a_small_shared_memory_budget_and_stay_correct(schedule):
+    # head_dim 320 pads to 512: the requested 128x64 blocks would need 384 KiB; a 48 KiB budget forces the fit
+    q, k, v, _ = _inputs(1, 2, 2, 96, 320, jnp.bfloat16, None)
+    cfg = fa.Config(block_q=128, block_k=64, num_warps=8, smem_bytes=48 << 10)
+    fn = fa.SCHEDULES[schedule][1]
+    want = np.asarray(fa.reference(q, k, v, None, scale=320 ** -0.5, causal=True), np.float32)
+    with get_target("gpu").execution():
+        got = np.asarray(fn(q, k, v, None, scale=320 ** -0.5, causal=True, **cfg.kwargs("gpu")), np.float32)
+    np.testing.assert_allclose(got, want, atol=3e-2, rtol=3e-2)
+
+
+@needs_cuda
+@pytest.mark.parametrize("schedule", sorted(fa.SCHEDULES))
+def test_gpu_kernel_written_at_ci_compiles_for_h100_at_held_out_and_full_sizes(schedule):
+    # the configuration the offline author writes at jaxbench 1p's ci size, called at a held-out size with head_dim
+    # 384 (once 384 KiB of shared memory: whole 512-wide k and v blocks, double-buffered) and at the full size
+    cfg = fa.default("h200", fa.Shapes(1, 2, 128, 128, 128, 2)).kwargs("gpu")
+    fn = fa.SCHEDULES[schedule][1]
+    for shape in ((1, 8, 384, 384), (4, 64, 4096, 128)):
+        s = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
+        fits(compiled(lambda q, k, v: fn(q, k, v, None, scale=0.1, causal=True, **cfg), s, s, s))

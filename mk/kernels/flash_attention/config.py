@@ -30,12 +30,15 @@ class Shapes:
 
 @dataclass(frozen=True)
 class Config:
-    """``block_q`` query rows and ``block_k`` keys per step; ``num_warps``/``num_stages``: Triton's launch."""
+    """``block_q`` query rows and ``block_k`` keys per step; ``num_warps``/``num_stages``: Triton's launch;
+    ``smem_bytes``: the shared memory a GPU program may plan for (the chip's, `validate.smem_budget`), which the
+    Triton kernel fits its blocks to at trace time from the sizes it is called with (not tuned)."""
 
     block_q: int = 128
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 2
+    smem_bytes: int = 192 << 10
 
     def __post_init__(self) -> None:
         validate.ints_in(self, ("block_q", "block_k"), 8, 8192)
@@ -48,7 +51,8 @@ class Config:
     def kwargs(self, target: str) -> dict[str, Any]:
         if kernel_language(target) == "mosaic":
             return {"block_q": self.block_q, "block_k": self.block_k}
-        return {"block_q": self.block_q, "block_k": self.block_k, "num_warps": self.num_warps}
+        return {"block_q": self.block_q, "block_k": self.block_k, "num_warps": self.num_warps,
+                "smem_bytes": self.smem_bytes}
 
 
 def _pow2_floor(n: int) -> int:
@@ -58,7 +62,8 @@ def _pow2_floor(n: int) -> int:
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (data/hardware.json): TPU query and key blocks of up to four MXU widths whose
     working set (q, k, v blocks double-buffered, the f32 score tile and accumulator) fits the VMEM budget (`validate.vmem_budget`);
-    GPU 64-key blocks and query blocks of up to 128 rows, 8 warps for 128-row blocks."""
+    GPU 64-key blocks and query blocks of up to 128 rows, 8 warps for 128-row blocks, and the chip's shared-memory
+    budget, to which the kernel shrinks those requests at trace time when a head_dim needs it."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
         mxu = spec.mxu_size or 128
@@ -71,7 +76,7 @@ def default(chip: str, shapes: Shapes) -> Config:
         return Config(block_q=best[0], block_k=best[1])
     bq = max(16, min(128, _pow2_floor(shapes.seq)))
     bk = max(16, min(64, _pow2_floor(shapes.kv_seq)))
-    return Config(block_q=bq, block_k=bk, num_warps=8 if bq >= 128 else 4)
+    return Config(block_q=bq, block_k=bk, num_warps=8 if bq >= 128 else 4, smem_bytes=validate.smem_budget(spec))
 
 
 def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:

@@ -17,6 +17,10 @@ is zero-padded (zero columns change no score and are sliced off), a sequence
 no power-of-two block >= 16 divides is zero-padded to a multiple of the block
 and the padded keys are masked.
 
+Block sizes are requests: each program holds a query block, ``num_stages`` key and value blocks (Triton's
+pipeline) and an f32 accumulator, so a wide head_dim shrinks them at trace time (`_fa_fit`) until the estimated
+shared memory fits ``smem_bytes`` (the chip's budget) and the accumulator and score tile stay within registers.
+
 Self-contained (jax only): mk's offline author copies it verbatim into the
 kernels it writes.
 """
@@ -42,6 +46,32 @@ def _fa_block(n, want):
         b //= 2
     b = max(16, min(1 << (want.bit_length() - 1), 1 << (n - 1).bit_length()))
     return b, -(-n // b) * b
+
+
+def _fa_fit(block_q, block_k, *, d, dv, itemsize, bias_bytes, num_warps, num_stages, smem_bytes):
+    """(block_q, block_k) halved until the program's Triton working set fits: shared memory (the q block, then
+    ``num_stages`` buffers of the k and v blocks and of a bias tile, ``bias_bytes`` an element) within
+    ``smem_bytes``, and the f32 accumulator plus score tile within about 96 registers a thread. Shrinks query
+    rows for registers, and the larger of the two shared-memory terms for shared memory; never below 16."""
+    def smem(bq, bk):
+        return (bq * d + num_stages * bk * (d + dv)) * itemsize + num_stages * bq * bk * bias_bytes
+
+    def regs(bq, bk):
+        return bq * (dv + bk) // (32 * num_warps)
+
+    bq, bk = block_q, block_k
+    while True:
+        over_regs, over_smem = regs(bq, bk) > 96, smem(bq, bk) > smem_bytes
+        if over_regs and bq > 16:
+            bq //= 2
+        elif over_smem and bk > 16 and (num_stages * bk * (d + dv) >= bq * d or bq <= 16):
+            bk //= 2
+        elif over_smem and bq > 16:
+            bq //= 2
+        elif (over_regs or over_smem) and bk > 16:
+            bk //= 2
+        else:
+            return bq, bk
 
 
 def _tile_scores(q, k, bias, *, scale, score_dtype):
@@ -143,17 +173,21 @@ def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, num_warps, num_stages):
+def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, num_warps, num_stages, smem_bytes):
     batch, heads, seq, head_dim = q.shape
     kv_batch, kv_heads, kv_seq, kv_dim = k.shape
     if v.shape[:3] != k.shape[:3] or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
         raise ValueError(f"expected q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) with H a multiple of Hkv, got {q.shape=}, "
                          f"{k.shape=}, {v.shape=}")
     group = heads // kv_heads
-    block_q, q_pad = _fa_block(seq, block_q)
-    block_k, kv_pad = _fa_block(kv_seq, block_k)
     v_dim = v.shape[3]
     d_pad, dv_pad = (max(16, 1 << (n - 1).bit_length()) for n in (head_dim, v_dim))
+    bias_bytes = 0 if bias is None else bias.dtype.itemsize
+    block_q, block_k = _fa_fit(_fa_block(seq, block_q)[0], _fa_block(kv_seq, block_k)[0], d=d_pad, dv=dv_pad,
+                               itemsize=q.dtype.itemsize, bias_bytes=bias_bytes, num_warps=num_warps,
+                               num_stages=num_stages, smem_bytes=smem_bytes)
+    block_q, q_pad = _fa_block(seq, block_q)
+    block_k, kv_pad = _fa_block(kv_seq, block_k)
     q = jnp.pad(q, ((0, 0), (0, 0), (0, q_pad - seq), (0, d_pad - head_dim)))
     k = jnp.pad(k, ((0, 0), (0, 0), (0, kv_pad - kv_seq), (0, d_pad - head_dim)))
     v = jnp.pad(v, ((0, 0), (0, 0), (0, kv_pad - kv_seq), (0, dv_pad - v_dim)))
@@ -186,14 +220,14 @@ def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, 
 
 
 def flash_attention_gpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=64, block_k=64,
-                        num_warps=4, num_stages=2):
+                        num_warps=4, num_stages=2, smem_bytes=192 << 10):
     """One pass over the key blocks with an online softmax (see the module docstring)."""
     return _call(_one_pass_kernel, q, k, v, bias, scale=scale, causal=causal, score_dtype=score_dtype,
-                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages)
+                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes)
 
 
 def flash_attention_gpu_two_pass(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=64,
-                                 block_k=64, num_warps=4, num_stages=2):
+                                 block_k=64, num_warps=4, num_stages=2, smem_bytes=192 << 10):
     """Row max and sum first, then the normalised probabilities times v (see the module docstring)."""
     return _call(_two_pass_kernel, q, k, v, bias, scale=scale, causal=causal, score_dtype=score_dtype,
-                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages)
+                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes)
