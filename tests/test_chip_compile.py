@@ -80,6 +80,7 @@ def test_scoped_vmem_over_v5e_limit_is_compile_error_on_v5e_only():
     assert on_v5e and not any(c.ok for c in on_v5e)
     assert any("does not compile for v5e at scale ci" in f for f in v6e.flags), v6e.flags
     assert "also for v5e at no scale" in v6e.compile_check
+    assert "fresh size" in v6e.compile_check and "size-" not in v6e.compile_check
 
 
 GPU_MATMUL = textwrap.dedent('''
@@ -188,3 +189,18 @@ def test_figure_parsers(tmp_path):
     found = gpu_kernels(tmp_path, "sm_90a")
     assert found[0] == {"name": "k", "kind": "pallas", "grid": [16, 16, 1], "threads": [128, 1, 1], "shared_memory_bytes": 16384}
     assert [k["kind"] for k in found[1:]] == ["xla", "xla"]
+
+
+def test_header_lines_one_per_chip():
+    from mk.harness.results import CompileResult, KernelFigures, compile_lines
+
+    lim = {"scoped_vmem_bytes": 16 << 20}
+    rows = [CompileResult(chip="v5e", scale="ci", ok=True, limits=lim, kernels=[KernelFigures(name="k", scoped_vmem_bytes=1 << 20)]),
+            CompileResult(chip="v5e", scale="size-8x128", ok=True, limits=lim, kernels=[KernelFigures(name="k", scoped_vmem_bytes=2 << 20)]),
+            CompileResult(chip="v5e", scale="full", ok=False, judged=False, limits=lim, error="RESOURCE_EXHAUSTED: scoped 28.00M"),
+            CompileResult(chip="h100", scale="ci", ok=True, limits={"shared_memory_per_block_bytes": 232448},
+                          kernels=[KernelFigures(name="t", shared_memory_bytes=16384, registers=96, spill_store_bytes=8)])]
+    lines = compile_lines(rows)
+    assert lines[0] == ("v5e (scoped VMEM limit 16.00 MiB): ci 1.00 MiB; full does not compile (RESOURCE_EXHAUSTED: scoped "
+                        "28.00M); 1 fresh sizes: 2.00 MiB")
+    assert lines[1] == "h100 (shared memory limit 227.0 KiB a block): ci 16.0 KiB, 96 registers, 8 B spilled"

@@ -505,7 +505,7 @@ def _compile_for_chip(run: _Run) -> None:
     run.compiled = results
     run.flags.extend(flags)
     done = [r.scale for r in results if r.ok]
-    run.compile_check = f"compiled for {run.chip.name} at {', '.join(done) or 'no scale'}" + (
+    run.compile_check = f"compiled for {run.chip.name} at {_scale_words(done)}" + (
         f" ({results[0].compiler})" if results and results[0].compiler else "")
     for other in run.also_chips:  # information beside the verdict: figures, and refusals as flags
         t1 = time.perf_counter()
@@ -514,7 +514,15 @@ def _compile_for_chip(run: _Run) -> None:
         run.compiled.extend(more)
         run.flags.extend(notes)
         ok = [r.scale for r in more if r.ok]
-        run.compile_check += f"; also for {other.name} at {', '.join(ok) or 'no scale'}"
+        run.compile_check += f"; also for {other.name} at {_scale_words(ok)}"
+
+
+def _scale_words(scales: list[str]) -> str:
+    """Scales in a line: the named ones, then the fresh sizes counted (their names are long and drawn anew)."""
+    named = [s for s in scales if not s.startswith(FRESH)]
+    fresh = len(scales) - len(named)
+    words = named + ([f"{fresh} fresh size{'s' if fresh > 1 else ''}"] if fresh else [])
+    return ", ".join(words) or "no scale"
 
 
 def _ablate(run: _Run) -> None:

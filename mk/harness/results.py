@@ -144,6 +144,41 @@ class CompileResult(BaseModel):
         return f"{self.chip} at {self.scale}: " + ("; ".join(parts) if parts else "compiled")
 
 
+def compile_lines(compiled: list[CompileResult]) -> list[str]:
+    """One line per chip: the largest kernel's figure at each scale (fresh sizes folded into one entry), or why a scale
+    does not compile. For a kernel file's header and reports."""
+    chips: dict[str, list[CompileResult]] = {}
+    for c in compiled:
+        chips.setdefault(c.chip, []).append(c)
+    lines = []
+    for chip, results in chips.items():
+        limits = results[0].limits
+        if "scoped_vmem_bytes" in limits:
+            head = f"{chip} (scoped VMEM limit {_mib(limits['scoped_vmem_bytes'])}):"
+        else:
+            head = f"{chip} (shared memory limit {_kib(limits.get('shared_memory_per_block_bytes', 0))} a block):"
+        parts, fresh = [], []
+        for r in results:
+            pallas = [k for k in r.kernels if k.kind == "pallas"]
+            if not r.ok:
+                figure = f"does not compile ({r.error[:160]})"
+            elif pallas and pallas[0].scoped_vmem_bytes is not None:
+                figure = _mib(max(k.scoped_vmem_bytes or 0 for k in pallas))
+            elif pallas:
+                top = max(pallas, key=lambda k: k.shared_memory_bytes or 0)
+                spill = sum((k.spill_store_bytes or 0) + (k.spill_load_bytes or 0) for k in pallas)
+                figure = (f"{_kib(top.shared_memory_bytes or 0)}, {max(k.registers or 0 for k in pallas)} registers"
+                          + (f", {spill} B spilled" if spill else ""))
+            else:
+                figure = "compiled"
+            (fresh if r.scale.startswith("size-") else parts).append((r.scale, figure))
+        words = [f"{scale} {figure}" for scale, figure in parts]
+        if fresh:
+            words.append(f"{len(fresh)} fresh sizes: " + ", ".join(f for _, f in fresh))
+        lines.append(f"{head} " + "; ".join(words))
+    return lines
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
 

@@ -138,7 +138,9 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
     ]
     if best.compile_check:
         header.append(f"# chip compile: {best.compile_check}")
-        header += [f"#   {c.summary()}" for c in best.compiled]
+        from mk.harness.results import compile_lines
+
+        header += [f"#   {line}" for line in compile_lines(best.compiled)]
     if best.config:
         tuned = "tuned by timing on " + device if measured else (
             f"not tuned: chosen without a {target.name.upper()} device, so it is the kernel's default, not a measured best")
