@@ -31,12 +31,14 @@ class Shapes:
 @dataclass(frozen=True)
 class Config:
     """``block_q`` query rows and ``block_k`` key rows per step (GPU: one block, the smaller of the two);
-    ``num_warps``/``num_stages``: Triton's launch."""
+    ``num_warps``/``num_stages``: Triton's launch; ``smem_bytes``: the shared memory a GPU program may plan for (the
+    chip's, `validate.smem_budget`), to which the Triton kernel shrinks its block at trace time (not tuned)."""
 
     block_q: int = 128
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 2
+    smem_bytes: int = 192 << 10
 
     def __post_init__(self) -> None:
         validate.ints_in(self, ("block_q", "block_k"), 8, 4096)
@@ -50,13 +52,14 @@ class Config:
         base = {"block_q": self.block_q, "block_k": self.block_k}
         if kernel_language(target) == "mosaic":
             return base
-        return {**base, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        return {**base, "num_warps": self.num_warps, "num_stages": self.num_stages, "smem_bytes": self.smem_bytes}
 
 
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (data/hardware.json). TPU: key blocks one or two MXU widths, query blocks as tall as
     the VMEM budget (`validate.vmem_budget`) allows for the (block_q, block_k) f32 scores, the q block and the accumulator;
-    GPU: 64-row blocks (32 when the head is wider than 128)."""
+    GPU: 64-row blocks (32 when the head is wider than 128) and the chip's shared-memory budget, to which the kernel
+    shrinks the block at trace time when the sizes it is called with need it."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
         mxu = spec.mxu_size or 128
@@ -69,7 +72,7 @@ def default(chip: str, shapes: Shapes) -> Config:
                 bq = cand
         return Config(block_q=bq, block_k=bk)
     blk = 64 if max(shapes.d, shapes.dv) <= 128 else 32
-    return Config(block_q=blk, block_k=blk, num_warps=4)
+    return Config(block_q=blk, block_k=blk, num_warps=4, smem_bytes=validate.smem_budget(spec))
 
 
 def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:

@@ -10,7 +10,10 @@ and divides at the end, so the scores are rounded before the division rather
 than after it (half the score work; not the reference's rounding: judged
 incorrect on RetNet's large-magnitude case, so mk's author does not offer it). Sizes are zero-padded to power-of-two blocks (Triton's
 rule); padded keys lie above every real row's diagonal, padded rows and
-columns are cut off.
+columns are cut off. The block is a request: each program holds its q block, ``num_stages`` buffers of the k and
+v blocks (Triton's pipeline) and an f32 accumulator, so a wide head shrinks it at trace time (`_fit_smem`) until the
+estimated shared memory fits ``smem_bytes`` (the chip's budget), and takes more warps (or a smaller block) so the
+accumulator and scores stay in registers.
 
 Self-contained (jax only): mk's offline author copies it verbatim into the
 kernels it writes.
@@ -41,6 +44,23 @@ def _fit(n, want):
     """(block, padded n): a power-of-two block >= 16 and at most want, n padded to a multiple of it."""
     b = max(16, min(_pow2(want), _pow2(n)))
     return b, -(-n // b) * b
+
+
+def _fit_smem(b, *, d, dv, itemsize, num_warps, num_stages, smem_bytes):
+    """(block, num_warps): the power-of-two block b halved (not below 16) until the program's Triton working set
+    fits in shared memory: the q block and ``num_stages`` buffers of the k and v blocks within ``smem_bytes``; then
+    the f32 accumulator and score tile kept within about 96 registers a thread, by up to 8 warps first (the block
+    kept), by halving the block after."""
+    while b > 16 and (b * d + num_stages * b * (d + dv)) * itemsize > smem_bytes:
+        b //= 2
+    while b * (dv + b) // (32 * num_warps) > 96:
+        if num_warps < 8:
+            num_warps *= 2
+        elif b > 16:
+            b //= 2
+        else:
+            break
+    return b, num_warps
 
 
 def _scores(q, k_ref, c_ref, cq, i, j, block_q, block_k, precision):
@@ -103,7 +123,7 @@ def _one_pass_kernel(q_ref, k_ref, v_ref, c_ref, o_ref, *, block_q, block_k, pre
 
 
 def retention_gpu(q, k, v, c, *, pre=None, post=None, pv_dtype=None, out_dtype=None, precision=None, block_q=64,
-                  block_k=64, num_warps=4, num_stages=2, one_pass=False):
+                  block_k=64, num_warps=4, num_stages=2, one_pass=False, smem_bytes=192 << 10):
     """q/k/v (B, H, S, D), c (B, H, S) f32 -> (B, H, S, Dv), as :func:`retention_tpu`, on padded power-of-two
     blocks."""
     b, h, s, d = q.shape
@@ -112,9 +132,11 @@ def retention_gpu(q, k, v, c, *, pre=None, post=None, pv_dtype=None, out_dtype=N
                          f"{v.shape=}, {c.shape=}")
     dv = v.shape[3]
     # one block for queries and keys: the padded length is a multiple of both
-    bq, s_pad = _fit(s, min(block_q, block_k))
-    bk = bq
     d_pad, dv_pad = max(16, _pow2(d)), max(16, _pow2(dv))
+    bq, num_warps = _fit_smem(_fit(s, min(block_q, block_k))[0], d=d_pad, dv=dv_pad, itemsize=q.dtype.itemsize,
+                              num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes)
+    bq, s_pad = _fit(s, bq)
+    bk = bq
     qp = jnp.pad(q, ((0, 0), (0, 0), (0, s_pad - s), (0, d_pad - d)))
     kp = jnp.pad(k, ((0, 0), (0, 0), (0, s_pad - s), (0, d_pad - d)))
     vp = jnp.pad(v, ((0, 0), (0, 0), (0, s_pad - s), (0, dv_pad - dv)))
