@@ -10,6 +10,7 @@ from jax import lax
 from mk.kernels import conv as kconv
 from mk.kernels.conv import Config, Shapes, default, reference, space
 from mk.targets import get_target
+from tests.kernels.chip_compile import compiled, fits, needs_cuda
 
 
 def _inputs(x_shape, w_shape, dtype, seed=0):
@@ -121,6 +122,32 @@ def test_gpu_channel_blocks_match_reference():
     np.testing.assert_allclose(got, np.asarray(reference(x, w, bias=b)), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("x_shape,w_shape,num_warps,smem", [
+    ((2, 40, 9, 16), (3, 3, 16, 8), 1, 192 << 10),    # 2-D: the accumulator's registers split 64 rows into 2 blocks
+    ((1, 20, 6), (3, 6, 40), 1, 4 << 10),             # 1-D: a 4 KiB budget splits rows and the 64 channels
+    ((1, 9, 5, 6, 3), (2, 3, 3, 3, 8), 1, 2 << 10),   # 3-D
+])
+def test_gpu_rows_and_channels_fitted_at_trace_time_match_reference(x_shape, w_shape, num_warps, smem):
+    from mk.kernels.conv import gpu as cgpu
+
+    x, w, b = _inputs(x_shape, w_shape, jnp.float32, seed=5)
+    s = len(x_shape) - 2
+    out = tuple(cgpu._pow2(n - k + 1) for n, k in zip(x_shape[1:-1], w_shape[:s]))
+    assert cgpu._conv_rows(out, 16, max(16, cgpu._pow2(w_shape[-1])), itemsize=4, num_warps=num_warps,
+                           smem_bytes=smem)[0] < out[0]  # the rows are tiled
+    got = _run("gpu", lambda x, w, b: cgpu.conv_gpu(x, w, bias=b, num_warps=num_warps, smem_bytes=smem), x, w, b)
+    np.testing.assert_allclose(got, np.asarray(reference(x, w, bias=b)), atol=1e-4, rtol=1e-4)
+
+
+@needs_cuda
+def test_gpu_conv_written_at_ci_compiles_for_h100_at_full_size():
+    # jaxbench 18k at full: a (16384 pixels, 128 channels) f32 accumulator was over Triton's 1048576-element limit
+    shapes = Shapes.of((2, 10, 9, 64), (3, 3, 64, 8), 2, fused_epilogue=False)
+    cfg = default("h200", shapes).kwargs("gpu")
+    x, w = jax.ShapeDtypeStruct((128, 128, 128, 64), jnp.bfloat16), jax.ShapeDtypeStruct((3, 3, 64, 128), jnp.bfloat16)
+    fits(compiled(lambda x, w: kconv.gpu.conv_gpu(x, w, out_dtype=jnp.float32, **cfg), x, w))
+
+
 @pytest.mark.parametrize("target", ["tpu", "gpu"])
 def test_kernels_lower_for_their_platform(target):
     x, w, b = _inputs((2, 10, 9, 16), (3, 3, 16, 8), jnp.float32)
@@ -147,14 +174,17 @@ def test_default_reads_the_chip_and_space_is_valid():
     big = Shapes.of((64, 128, 128, 64), (3, 3, 64, 1024))  # a sample and tile past every chip's scoped VMEM
     small = default("v6e", Shapes.of((2, 10, 9, 16), (3, 3, 16, 8)))
     assert small.block_cout is None and small.unroll == 2
-    v7x, v6e = default("v7x", big), default("v6e", big)
-    assert v7x.block_cout is not None and v7x.block_cout % 128 == 0 and 1024 % v7x.block_cout == 0
-    assert v6e.block_cout is None or v6e.block_cout >= v7x.block_cout
-    # the budget is the scoped VMEM a kernel gets by default (16 MiB on v5e, 32 MiB on v6e), not the physical
-    # 128 MiB: this working set fits v6e's whole but v5e only in channel blocks
-    mid = Shapes.of((8, 34, 34, 64), (3, 3, 64, 1024))
-    assert default("v6e", mid).block_cout is None
-    assert default("v5e", mid).block_cout in (128, 256, 512)
+    # TPU: the kernel plans rows of the first output axis (and channel blocks) for the shapes it is called with, so
+    # the working set fits the chip's budget (3/4 of the scoped VMEM: 16 MiB on v5e, 32 MiB on v6e) at any size
+    from mk.hardware import get_spec
+    from mk.kernels import validate
+    from mk.kernels.conv.tpu import conv_blocks
+
+    for chip in ("v5e", "v6e", "v7x"):
+        cfg = default(chip, big)
+        assert cfg.block_cout is None or (cfg.block_cout % 128 == 0 and 1024 % cfg.block_cout == 0)
+        rows, bc, need = conv_blocks((64, 128, 128, 64), (3, 3, 64, 1024), budget=validate.vmem_budget(get_spec(chip)))
+        assert need <= validate.vmem_budget(get_spec(chip)) and 1 <= rows < 126 and bc == (cfg.block_cout or 1024)
     assert default("h200", big).block_cout == 128 and default("h200", big).num_warps == 8
     for target in ("tpu", "gpu"):
         sp = space(target, big)
@@ -324,3 +354,54 @@ def test_author_reads_lhs_dilation_like_a_scatter_into_zeros():
     other = dataclasses.replace(task, reference=_conv_transpose_reference)
     assert author.propose(other, trace_scales(other), "tpu")[0].source == \
         author.propose(task, trace_scales(task), "tpu")[0].source
+
+
+# --- row blocks: a small VMEM budget forces several (ragged) row blocks per sample ---------------------------------
+
+
+@pytest.mark.parametrize("x_shape,w_shape,block_rows,block_cout", [
+    ((2, 11, 9, 16), (3, 3, 16, 256), 3, 128),   # 2-D: 9 output rows in blocks of 3, two channel blocks
+    ((2, 12, 9, 16), (3, 2, 16, 8), 4, None),    # 10 rows in blocks of 4: a ragged last block
+    ((2, 29, 4), (3, 4, 8), 8, None),            # 1-D: 27 rows in blocks of 8 (the sublanes)
+    ((1, 7, 5, 6, 3), (2, 3, 3, 3, 8), 2, None),  # 3-D
+])
+def test_tpu_row_blocks_match_reference(x_shape, w_shape, block_rows, block_cout):
+    x, w, b = _inputs(x_shape, w_shape, jnp.float32, seed=5)
+    got = _run("tpu", lambda x, w, b: kconv.conv_tpu(x, w, bias=b, block_rows=block_rows, block_cout=block_cout),
+               x, w, b)
+    np.testing.assert_allclose(got, np.asarray(reference(x, w, bias=b)), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("rows_independent", [True, False])
+def test_tpu_fused_epilogue_over_row_blocks(rows_independent):
+    """An epilogue that keeps rows apart (a norm over channels, NCHW out) runs per row block; one with statistics
+    over the sample (rows_independent=False) gets the whole sample's tile, filled block by block."""
+    x, w, b = _inputs((2, 12, 9, 8), (3, 2, 8, 16), jnp.float32, seed=6)
+
+    def per_row(t, bias):
+        t = t + bias
+        mu = jnp.mean(t, axis=-1, keepdims=True)
+        return jnp.transpose(jax.nn.gelu(t - mu), (0, 3, 1, 2))
+
+    def per_sample(t, bias):
+        t = t + bias
+        return jnp.transpose(t - jnp.mean(t, axis=(1, 2), keepdims=True), (0, 3, 1, 2))
+
+    ep = per_row if rows_independent else per_sample
+    got = _run("tpu", lambda x, w, b: kconv.conv_tpu(x, w, b, epilogue=ep, block_rows=4,
+                                                      rows_independent=rows_independent), x, w, b)
+    np.testing.assert_allclose(got, np.asarray(reference(x, w, b, epilogue=ep)), atol=1e-4, rtol=1e-4)
+
+
+def test_tpu_blocks_fit_the_budget_at_any_size():
+    """The planner's working set at a large size (VMEM padding counted) fits 3/4 of v5e's 16 MiB scoped VMEM."""
+    from mk.kernels.conv.tpu import conv_blocks
+
+    for x_shape, w_shape in [((128, 130, 130, 64), (3, 3, 64, 128)), ((8, 100_002, 64), (3, 64, 256))]:
+        for epilogue in (False, True):
+            rows, bc, need = conv_blocks(x_shape, w_shape, budget=12 << 20, epilogue=epilogue)
+            assert need <= 12 << 20 and rows < x_shape[1]
+    # one row of the first axis past the budget (a 66 x 66 plane of 32 channels, lane-padded to 128, with its halo):
+    # the fewest rows, and the kernel raises its VMEM limit for them (within the physical VMEM)
+    rows, bc, need = conv_blocks((16, 34, 66, 66, 32), (3, 3, 3, 32, 64), budget=12 << 20)
+    assert rows == 1 and need < 64 << 20

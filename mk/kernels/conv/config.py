@@ -53,12 +53,14 @@ class Shapes:
 class Config:
     """Tiling of one convolution. ``block_cout``: output channels per program (None: all of them; only without
     a fused epilogue may it split them); ``unroll`` (TPU): output rows per loop step; ``num_warps`` and
-    ``num_stages`` (GPU): Triton's launch parameters."""
+    ``num_stages`` (GPU): Triton's launch parameters; ``smem_bytes`` (GPU): the chip's shared-memory budget
+    (`validate.smem_budget`), to which the Triton kernel fits its rows and channels per program at trace time."""
 
     block_cout: int | None = None
     unroll: int = 1
     num_warps: int = 4
     num_stages: int = 1
+    smem_bytes: int = 192 << 10
 
     def __post_init__(self) -> None:
         if self.block_cout is not None and (not isinstance(self.block_cout, int) or self.block_cout < 1):
@@ -86,41 +88,36 @@ class Config:
         """The keyword arguments the target's kernel takes."""
         if kernel_language(target) == "mosaic":
             return {"block_cout": self.block_cout, "unroll": self.unroll}
-        return {"block_cout": self.block_cout, "num_warps": self.num_warps, "num_stages": self.num_stages}
-
-
-def _tpu_bytes(shapes: Shapes, bc: int) -> int:
-    """VMEM a program holds: the sample and the weight block double-buffered, the f32 tile, the output block."""
-    sample = math.prod(shapes.spatial) * shapes.cin * shapes.itemsize
-    weights = math.prod(shapes.window) * shapes.cin * bc * shapes.itemsize
-    tile = math.prod(shapes.out_spatial) * bc * 4
-    return 2 * (sample + weights) + tile + 2 * tile
+        return {"block_cout": self.block_cout, "num_warps": self.num_warps, "num_stages": self.num_stages,
+                "smem_bytes": self.smem_bytes}
 
 
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (a name in data/hardware.json) read from its memory sizes.
 
-    TPU: all output channels per program unless the working set passes the VMEM budget (`validate.vmem_budget`), then the largest
-    multiple of 128 dividing Cout that fits (128 when none does); short output rows (under one MXU width) are unrolled two at a
-    time. GPU: one channel block of at most 128; 8 warps once the register tile or the padded sample is
+    TPU: the kernel's own planner (:func:`mk.kernels.conv.tpu.conv_blocks`, also run at trace time for the shapes a
+    kernel is called with): all output channels per program unless no row block fits the VMEM budget
+    (`validate.vmem_budget`) with them, then the widest multiple of 128 dividing Cout that does; short output rows
+    (under one MXU width) are unrolled two at a time. GPU: one channel block of at most 128; 8 warps once the register tile or the padded sample is
     large against shared memory."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
-        budget = validate.vmem_budget(spec)
-        bc = None
-        if not shapes.fused_epilogue and _tpu_bytes(shapes, shapes.cout) > budget:
-            fits = [b for b in range(128, shapes.cout, 128) if shapes.cout % b == 0 and _tpu_bytes(shapes, b) <= budget]
-            # nothing fits: the narrowest legal block (the whole output row set stays per program; a full-Cout
-            # block would only be further past the budget)
-            bc = fits[-1] if fits else (128 if shapes.cout % 128 == 0 and shapes.cout > 128 else None)
+        from mk.kernels.conv.tpu import conv_blocks
+
         unroll = 2 if shapes.out_spatial[-1] < (spec.mxu_size or 128) else 1
-        return Config(block_cout=bc, unroll=unroll)
+        # the kernel plans the rows per program itself, for the shapes it is called with (the same planner)
+        x_shape = (shapes.batch, *shapes.spatial, shapes.cin)
+        w_shape = (*shapes.window, shapes.cin, shapes.cout)
+        _, bc, _ = conv_blocks(x_shape, w_shape, budget=validate.vmem_budget(spec), itemsize=shapes.itemsize,
+                               out_itemsize=4, epilogue=shapes.fused_epilogue, unroll=unroll)
+        return Config(block_cout=None if bc == shapes.cout else bc, unroll=unroll)
     cout_p = max(16, _pow2(shapes.cout))
     bc = None if shapes.fused_epilogue or cout_p <= 128 else 128
     tile = math.prod(_pow2(o) for o in shapes.out_spatial) * (bc or cout_p)
     sample = math.prod(_pow2(n + 2) for n in shapes.spatial) * max(16, _pow2(shapes.cin)) * shapes.itemsize
     smem = spec.shared_mem_per_sm_bytes or 96 << 10
-    return Config(block_cout=bc, num_warps=8 if tile > 8192 or sample > smem // 4 else 4)
+    return Config(block_cout=bc, num_warps=8 if tile > 8192 or sample > smem // 4 else 4,
+                  smem_bytes=validate.smem_budget(spec))
 
 
 def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:

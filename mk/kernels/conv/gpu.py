@@ -15,9 +15,15 @@ must mask out of its reductions (mk's emitter does, with ``_masked``). The
 follow Cout); the result is sliced back to the epilogue's output at the true
 sizes.
 
-A whole sample lives in registers, so this suits the small and medium spatial
-sizes mk judges at; large images need a spatial tiling with cross-program
-statistics (not built). Self-contained (jax only): mk's offline author copies
+With a fused epilogue a whole sample lives in registers (the epilogue may
+reduce over it), so that suits the small and medium spatial sizes mk judges
+at; large images need a spatial tiling with cross-program statistics (not
+built). Without one (a bias at most) the output is also tiled along its first
+spatial axis: each program computes ``block_rows`` of those rows, chosen at
+trace time (`_conv_rows`) so the f32 accumulator stays within registers and
+Triton's block-element limit and its dot operands within ``smem_bytes`` (the
+chip's shared-memory budget); output channels are split too when even one row
+is too wide. Self-contained (jax only): mk's offline author copies
 it verbatim into the kernels it writes.
 """
 
@@ -50,12 +56,34 @@ def _pad_grouped(a, axis, groups, size, padded_groups):
     return out.reshape(a.shape[:axis] + (padded_groups * _pow2(size),) + a.shape[axis + 1:])
 
 
+def _conv_rows(out_spatial, cin_p, bc, *, itemsize, num_warps, smem_bytes):
+    """(rows of the first output axis per program, output channels per program): the most rows (a power of two) whose
+    f32 (rows * prod(rest), bc) accumulator needs at most 128 registers a thread, and whose dot operands (the shifted
+    input tile and the weight tile, twice for Triton's buffers) fit ``smem_bytes``; at least 16 accumulator rows
+    (Triton's smallest dot); the channel block halved (not below 16) while one row is still too large."""
+    rest = math.prod(out_spatial[1:])
+    least = min(out_spatial[0], _pow2(-(-16 // rest)))
+
+    def fits(th, c):
+        rows = th * rest
+        return rows * c <= 4096 * num_warps and 2 * (rows * cin_p + cin_p * c) * itemsize <= smem_bytes
+
+    while bc > 16 and not fits(least, bc):
+        bc //= 2
+    th = out_spatial[0]
+    while th > least and not fits(th, bc):
+        th //= 2
+    return th, bc
+
+
 def _conv_gpu_kernel(x_ref, w_ref, *refs, out_spatial, window, n_params, epilogue, precision):
     p_refs, o_ref = refs[:n_params], refs[n_params]
     rows, cin = math.prod(out_spatial), x_ref.shape[-1]
+    row0 = pl.program_id(2) * out_spatial[0]  # this program's first output row (its rows when tiled)
     acc = jnp.zeros((rows, w_ref.shape[-1]), jnp.float32)
     for off in itertools.product(*(range(k) for k in window)):
-        xs = x_ref[(0, *(pl.ds(o, n) for o, n in zip(off, out_spatial)), slice(None))]
+        starts = (row0 + off[0], *off[1:])
+        xs = x_ref[(0, *(pl.ds(o, n) for o, n in zip(starts, out_spatial)), slice(None))]
         acc += lax.dot_general(xs.reshape(rows, cin), w_ref[off], (((1,), (0,)), ((), ())), precision=precision,
                                preferred_element_type=jnp.float32)
     out = epilogue(acc.reshape((1, *out_spatial, acc.shape[-1])), *(p[...] for p in p_refs))
@@ -67,14 +95,15 @@ def _bias_epilogue(tile, bias):
 
 
 def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, channel_groups=None, out_dtype=None,
-             precision=None, block_cout=None, num_warps=4, num_stages=1):
+             precision=None, block_cout=None, num_warps=4, num_stages=1, smem_bytes=192 << 10):
     """``epilogue(conv(x, w) + bias, *params)`` per sample, channels last, on padded power-of-two blocks.
 
     ``channel_axes[i]``: the axes of ``params[i]`` whose size is Cout (padded with zeros like the channels);
     every other axis of a param must be a power of two. ``channel_groups=(groups, size)`` (with an epilogue,
     Cout = groups * size): the channels are padded group by group (each group to a power of two, then the number
     of groups), so the epilogue can split the padded channel axis into (-1, _pow2(size)); the epilogue's output
-    must then have no channel axis. ``block_cout`` (a power of two) only applies without an epilogue."""
+    must then have no channel axis. ``block_cout`` (a power of two) only applies without an epilogue; without one
+    the rows and channels per program are fitted to registers and ``smem_bytes`` at trace time."""
     s = x.ndim - 2
     window, cin, cout = w.shape[:s], w.shape[s], w.shape[s + 1]
     if not 1 <= s <= 3 or w.ndim != s + 2 or x.shape[-1] != cin:
@@ -101,13 +130,15 @@ def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, channel
         bc = min(cout_p, _pow2(block_cout or cout_p))
         if bc < 16:
             raise ValueError(f"block_cout={block_cout} must be at least 16 (Triton's smallest dot)")
+        block_rows, bc = _conv_rows(out_spatial, cin_p, bc, itemsize=x.dtype.itemsize, num_warps=num_warps,
+                                    smem_bytes=smem_bytes)
         if bias is not None:
             params, epilogue = (_pad_axes(bias.reshape(1, cout), (1, cout_p)),), _bias_epilogue
         else:
             params, epilogue = (), lambda tile: tile
         true = jax.ShapeDtypeStruct((1, *out_true, cout), x.dtype)
-        padded = jax.ShapeDtypeStruct((1, *out_spatial, bc), x.dtype)
-        p_specs = [pl.BlockSpec((1, bc), lambda n, c: (0, c)) for _ in params]
+        padded = jax.ShapeDtypeStruct((1, block_rows, *out_spatial[1:], bc), x.dtype)
+        p_specs = [pl.BlockSpec((1, bc), lambda n, c, r: (0, c)) for _ in params]
         grid_c = cout_p // bc
     else:
         if bias is not None:
@@ -122,21 +153,28 @@ def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, channel
         if true is None:  # the epilogue splits padded channels only, and its output has no channel axis
             true = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_true, cout_p), jnp.float32), *params)
         padded = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_spatial, cout_p), jnp.float32), *params)
-        p_specs = [pl.BlockSpec(p.shape, functools.partial(lambda nd, n, c: (0,) * nd, p.ndim)) for p in params]
-        bc, grid_c = cout_p, 1
+        p_specs = [pl.BlockSpec(p.shape, functools.partial(lambda nd, n, c, r: (0,) * nd, p.ndim)) for p in params]
+        bc, grid_c, block_rows = cout_p, 1, out_spatial[0]
+    tiled = (block_rows, *out_spatial[1:])
+    grid_r = out_spatial[0] // block_rows
     out_block = (1, 1, *padded.shape[1:])
+    if grid_r > 1:  # rows tiled (only without a fused epilogue): the output (N, C/bc, *Op, bc)
+        out_spec = pl.BlockSpec(out_block, lambda n, c, r: (n, c, r) + (0,) * (len(out_block) - 3))
+    else:
+        out_spec = pl.BlockSpec(out_block, lambda n, c, r: (n, c) + (0,) * (len(out_block) - 2))
     result = pl.pallas_call(
-        functools.partial(_conv_gpu_kernel, out_spatial=out_spatial, window=window, n_params=len(params),
+        functools.partial(_conv_gpu_kernel, out_spatial=tiled, window=window, n_params=len(params),
                           epilogue=epilogue, precision=precision),
-        grid=(batch, grid_c),
-        in_specs=[pl.BlockSpec((1, *x.shape[1:]), lambda n, c: (n,) + (0,) * (s + 1)),
-                  pl.BlockSpec((*window, cin_p, bc), lambda n, c: (0,) * (s + 1) + (c,)), *p_specs],
-        out_specs=pl.BlockSpec(out_block, lambda n, c: (n, c) + (0,) * (len(out_block) - 2)),
-        out_shape=jax.ShapeDtypeStruct((batch, grid_c, *padded.shape[1:]), out_dtype or padded.dtype),
+        grid=(batch, grid_c, grid_r),
+        in_specs=[pl.BlockSpec((1, *x.shape[1:]), lambda n, c, r: (n,) + (0,) * (s + 1)),
+                  pl.BlockSpec((*window, cin_p, bc), lambda n, c, r: (0,) * (s + 1) + (c,)), *p_specs],
+        out_specs=out_spec,
+        out_shape=jax.ShapeDtypeStruct((batch, grid_c, *out_spatial, bc) if grid_r > 1 else
+                                       (batch, grid_c, *padded.shape[1:]), out_dtype or padded.dtype),
         compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
     )(x, w, *params)
-    if grid_c > 1:  # channel blocks side by side: (N, C/bc, *Op, bc) -> (N, *Op, Cp)
-        result = jnp.moveaxis(result, 1, -2).reshape((batch, *out_spatial, cout_p))
+    if grid_c > 1 or grid_r > 1:  # channel blocks side by side: (N, C/bc, *Op, bc) -> (N, *Op, Cp)
+        result = jnp.moveaxis(result, 1, -2).reshape((batch, *out_spatial, grid_c * bc))
     else:
         result = result.reshape((batch, *padded.shape[1:]))
     return result[(slice(None), *(slice(0, n) for n in true.shape[1:]))]
