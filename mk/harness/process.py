@@ -141,7 +141,8 @@ class Child:
 
     @property
     def name(self) -> str:
-        return "tracer" if "tracer" in " ".join(self.argv) else "runner"
+        argv = " ".join(self.argv)
+        return "tracer" if "tracer" in argv else "compile worker" if "harness.compiler" in argv else "runner"
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
