@@ -324,6 +324,10 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, conv, lhs, rhs, layout,
                   params, channel_axes, tuning, config, dtype_expr(kernel_out.aval.dtype), tail,
                   probes.used(*tail.lines, *tail.outputs) if tail else [], groups)
+    if not gpu and _rows_independent(src, task, t0.scale, names, params, conv):
+        # the epilogue keeps the rows of the first output axis apart: the kernel runs it per row block
+        head, call = src.rsplit("epilogue=epilogue, ", 1)  # the written kernel's call (the last one in the file)
+        src = f"{head}epilogue=epilogue, rows_independent=True, {call}"
     prims = sorted(p for p in body.primitives if not p.startswith("_"))
     fused = Proposal(
         name=f"conv-epilogue-{target}",
@@ -338,6 +342,41 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     unfused = _unfused(task, names, target, conv, lhs, rhs, layout, params, epilogue, jaxpr, probes, taken,
                        np_dtype(task.args[lhs.index].dtype).itemsize)
     return [fused] if unfused is None else [fused, unfused]
+
+
+def _rows_independent(src: str, task: Task, scale: str, names: list[str], params: list[int], conv: Any) -> bool:
+    """Whether the written epilogue treats the rows of the first output spatial axis independently, so the TPU
+    kernel may run it on blocks of rows: the rendered ``_epilogue`` run at the authoring size on a random tile
+    gives, on each half of the rows, what it gives on those rows of the whole tile (an axis of its output follows
+    the row count one to one). Statistics over the sample (InstanceNorm, GroupNorm, pooling) do not."""
+    import jax
+    import jax.numpy as jnp
+
+    out = tuple(int(d) for d in conv.outvars[0].aval.shape)  # (N, *O, C), channels last
+    rows = out[1]
+    if rows < 2:
+        return False
+    structs = dict(zip(names, task.arg_structs(scale)))
+    try:
+        ns: dict[str, Any] = {}
+        exec(compile(src, "<conv-written>", "exec"), ns)  # mk's own rendered source
+        kernel_src = src[src.index("def kernel("):]
+        bind = re.search(r"epilogue = functools\.partial\(_epilogue, (.*)\)\n", kernel_src)
+        kwargs = eval(f"dict({bind.group(1)})", dict(ns), dict(structs)) if bind else {}  # sizes of the arguments
+        ep = lambda t, *p: ns["_epilogue"](t, *p, **kwargs)  # noqa: E731
+        key = jax.random.split(jax.random.key(0), 1 + len(params))
+        ps = [jax.random.uniform(k, structs[names[i]].shape, jnp.float32, 0.5, 1.5).astype(structs[names[i]].dtype)
+              for k, i in zip(key[1:], params)]
+        axis = ns["_conv_row_axis"](ep, ps, out[1:-1], out[-1], rows)
+        if axis is None:
+            return False
+        tile = jax.random.normal(key[0], (1, *out[1:]), jnp.float32)
+        whole = np.asarray(ep(tile, *ps), np.float64)
+        cut = rows // 2
+        parts = [np.asarray(ep(tile[:, a:b], *ps), np.float64) for a, b in ((0, cut), (cut, rows))]
+        return bool(np.allclose(np.concatenate(parts, axis=axis), whole, rtol=1e-5, atol=1e-5))
+    except Exception:  # noqa: BLE001 - not provably row by row: the whole sample per program
+        return False
 
 
 def _channel_groups(split: tuple[str, str, str] | None, cout: str, kernel_out: Any, jaxpr: Any,
@@ -457,6 +496,8 @@ def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand,
     tuning = space(target, shapes)
     cfg = default(CHIPS[target], shapes).kwargs(target)
     config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
+    if not gpu and "block_cout" in config:  # None: planned by the kernel for the shapes it is called with
+        config["block_cout"] = None
     used = probes.used(*ep.lines, *ep.outputs)
     x_name, w_name = names[lhs.index], names[rhs.index]
     x_lines, w_lines = _operand_lines(x_name, w_name, lhs, rhs, layout)
