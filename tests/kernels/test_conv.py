@@ -10,6 +10,7 @@ from jax import lax
 from mk.kernels import conv as kconv
 from mk.kernels.conv import Config, Shapes, default, reference, space
 from mk.targets import get_target
+from tests.kernels.chip_compile import compiled, fits, needs_cuda
 
 
 def _inputs(x_shape, w_shape, dtype, seed=0):
@@ -119,6 +120,32 @@ def test_gpu_channel_blocks_match_reference():
     x, w, b = _inputs((2, 6, 5, 4), (2, 2, 4, 40), jnp.float32, seed=3)
     got = _run("gpu", lambda x, w, b: kconv.conv(x, w, bias=b, target="gpu", config=Config(block_cout=16)), x, w, b)
     np.testing.assert_allclose(got, np.asarray(reference(x, w, bias=b)), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,num_warps,smem", [
+    ((2, 40, 9, 16), (3, 3, 16, 8), 1, 192 << 10),    # 2-D: the accumulator's registers split 64 rows into 2 blocks
+    ((1, 20, 6), (3, 6, 40), 1, 4 << 10),             # 1-D: a 4 KiB budget splits rows and the 64 channels
+    ((1, 9, 5, 6, 3), (2, 3, 3, 3, 8), 1, 2 << 10),   # 3-D
+])
+def test_gpu_rows_and_channels_fitted_at_trace_time_match_reference(x_shape, w_shape, num_warps, smem):
+    from mk.kernels.conv import gpu as cgpu
+
+    x, w, b = _inputs(x_shape, w_shape, jnp.float32, seed=5)
+    s = len(x_shape) - 2
+    out = tuple(cgpu._pow2(n - k + 1) for n, k in zip(x_shape[1:-1], w_shape[:s]))
+    assert cgpu._conv_rows(out, 16, max(16, cgpu._pow2(w_shape[-1])), itemsize=4, num_warps=num_warps,
+                           smem_bytes=smem)[0] < out[0]  # the rows are tiled
+    got = _run("gpu", lambda x, w, b: cgpu.conv_gpu(x, w, bias=b, num_warps=num_warps, smem_bytes=smem), x, w, b)
+    np.testing.assert_allclose(got, np.asarray(reference(x, w, bias=b)), atol=1e-4, rtol=1e-4)
+
+
+@needs_cuda
+def test_gpu_conv_written_at_ci_compiles_for_h100_at_full_size():
+    # jaxbench 18k at full: a (16384 pixels, 128 channels) f32 accumulator was over Triton's 1048576-element limit
+    shapes = Shapes.of((2, 10, 9, 64), (3, 3, 64, 8), 2, fused_epilogue=False)
+    cfg = default("h200", shapes).kwargs("gpu")
+    x, w = jax.ShapeDtypeStruct((128, 128, 128, 64), jnp.bfloat16), jax.ShapeDtypeStruct((3, 3, 64, 128), jnp.bfloat16)
+    fits(compiled(lambda x, w: kconv.gpu.conv_gpu(x, w, out_dtype=jnp.float32, **cfg), x, w))
 
 
 @pytest.mark.parametrize("target", ["tpu", "gpu"])

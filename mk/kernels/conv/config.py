@@ -53,12 +53,14 @@ class Shapes:
 class Config:
     """Tiling of one convolution. ``block_cout``: output channels per program (None: all of them; only without
     a fused epilogue may it split them); ``unroll`` (TPU): output rows per loop step; ``num_warps`` and
-    ``num_stages`` (GPU): Triton's launch parameters."""
+    ``num_stages`` (GPU): Triton's launch parameters; ``smem_bytes`` (GPU): the chip's shared-memory budget
+    (`validate.smem_budget`), to which the Triton kernel fits its rows and channels per program at trace time."""
 
     block_cout: int | None = None
     unroll: int = 1
     num_warps: int = 4
     num_stages: int = 1
+    smem_bytes: int = 192 << 10
 
     def __post_init__(self) -> None:
         if self.block_cout is not None and (not isinstance(self.block_cout, int) or self.block_cout < 1):
@@ -86,7 +88,8 @@ class Config:
         """The keyword arguments the target's kernel takes."""
         if kernel_language(target) == "mosaic":
             return {"block_cout": self.block_cout, "unroll": self.unroll}
-        return {"block_cout": self.block_cout, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        return {"block_cout": self.block_cout, "num_warps": self.num_warps, "num_stages": self.num_stages,
+                "smem_bytes": self.smem_bytes}
 
 
 def default(chip: str, shapes: Shapes) -> Config:
@@ -113,7 +116,8 @@ def default(chip: str, shapes: Shapes) -> Config:
     tile = math.prod(_pow2(o) for o in shapes.out_spatial) * (bc or cout_p)
     sample = math.prod(_pow2(n + 2) for n in shapes.spatial) * max(16, _pow2(shapes.cin)) * shapes.itemsize
     smem = spec.shared_mem_per_sm_bytes or 96 << 10
-    return Config(block_cout=bc, num_warps=8 if tile > 8192 or sample > smem // 4 else 4)
+    return Config(block_cout=bc, num_warps=8 if tile > 8192 or sample > smem // 4 else 4,
+                  smem_bytes=validate.smem_budget(spec))
 
 
 def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
