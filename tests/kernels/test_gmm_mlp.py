@@ -12,7 +12,9 @@ from mk.kernels.gmm.masked_gpu import masked_mlp_gpu
 from mk.kernels.gmm.masked_tpu import masked_mlp_tpu
 from mk.kernels.gmm.mlp_gpu import gmlp_gpu
 from mk.kernels.gmm.mlp_tpu import gmlp_tpu
+from mk.kernels.swiglu import Shapes, default
 from mk.targets import get_target
+from tests.kernels.chip_compile import compiled, fits, needs_cuda
 
 
 def _want(x, wg, wu, wd, sizes):
@@ -88,3 +90,32 @@ def test_masked_kernels_lower(target, fn):
     args = (st((256, 128), jnp.bfloat16), st((8, 128, 256), jnp.bfloat16), st((8, 128, 256), jnp.bfloat16),
             st((8, 256, 128), jnp.bfloat16), st((256, 8), jnp.float32))
     get_target(target).lower(lambda *a: fn(*a), *args)
+
+
+@pytest.mark.parametrize("fn", [gmlp_gpu, masked_mlp_gpu])
+def test_gpu_blocks_fit_a_small_shared_memory_budget_and_stay_correct(fn):
+    # a 16 KiB budget halves the requested E, hidden and column blocks; E (200) spans several E blocks
+    x, wg, wu, wd = _inputs(48, 200, 160, 72, 3, jnp.bfloat16)
+    blocks = {"block_m": 64, "block_f": 64, "block_n": 128, "block_e": 128, "smem_bytes": 16 << 10}
+    sizes = [20, 0, 28]
+    if fn is gmlp_gpu:
+        last, want = jnp.asarray(sizes, jnp.int32), _want(x, wg, wu, wd, sizes)
+    else:  # each token's rows weighted by one expert
+        last = jax.nn.one_hot(jnp.repeat(jnp.arange(3), jnp.asarray(sizes), total_repeat_length=48), 3)
+        want = _want(x, wg, wu, wd, sizes)
+    with get_target("gpu").execution():
+        got = jax.jit(lambda *a: fn(*a, **blocks))(x, wg, wu, wd, last)
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=3e-2, rtol=3e-2)
+
+
+@needs_cuda
+@pytest.mark.parametrize("fn", [gmlp_gpu, masked_mlp_gpu])
+def test_gpu_kernel_written_at_ci_compiles_for_h100_at_full_size(fn):
+    # the configuration the offline author writes at jaxbench 10p's ci size (32 tokens x top-2, E 128, M 256),
+    # called at the full size: 8192 tokens x 2, E 4096, M 14336, 8 experts (once 2.6 MB of shared memory)
+    cfg = default("h200", Shapes(m=64, e=128, f=256, d=128)).kwargs("gpu")
+    st, bf16 = jax.ShapeDtypeStruct, jnp.bfloat16
+    t, e, f, n = (16384 if fn is gmlp_gpu else 8192), 4096, 14336, 8
+    last = st((n,), jnp.int32) if fn is gmlp_gpu else st((t, n), jnp.float32)
+    structs = (st((t, e), bf16), st((n, e, f), bf16), st((n, e, f), bf16), st((n, f, e), bf16), last)
+    fits(compiled(lambda *a: fn(*a, **cfg), *structs))

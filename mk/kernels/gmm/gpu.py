@@ -8,7 +8,9 @@ JAX), loops over them with ``fori_loop`` and accumulates each group's masked
 product in registers, then writes once. ``rhs`` stays in HBM whole and each
 group's (block_k, block_n) slices are loaded by a dynamic group index. Sizes
 are zero-padded to power-of-two blocks (Triton's rule); padded rows belong to
-no group and come out zero.
+no group and come out zero. ``_gmlp_fit`` sizes the blocks of the gated-MLP
+kernels built on these helpers (:mod:`mk.kernels.gmm.mlp_gpu`,
+:mod:`mk.kernels.gmm.masked_gpu`) to the chip's shared memory.
 
 Self-contained (jax only): mk's offline author copies it verbatim into the
 kernels it writes.
@@ -31,6 +33,35 @@ def _fit(n, want):
     """(block, padded n): a power-of-two block >= 16 and at most want, n padded to a multiple of it."""
     b = max(16, min(_pow2(want), _pow2(n)))
     return b, -(-n // b) * b
+
+
+def _gmlp_fit(bm, be, bf, bn, *, itemsize, num_warps, num_stages, smem_bytes, regs=128):
+    """The gated-MLP kernels' blocks (rows, E, hidden, output columns) halved (never below 16) until a program's
+    estimated Triton working set fits: shared memory (``num_stages`` buffers of the x (bm, be), wg and wu (be, bf)
+    blocks, and of the activation (bm, bf) and wd (bf, bn) blocks) within ``smem_bytes``, and the f32 gate, up and
+    output accumulators within ``regs`` registers a thread. E blocks go first, then hidden, output columns, rows."""
+    def over(bm, be, bf, bn):
+        smem = num_stages * (bm * be + 2 * be * bf + bm * bf + bf * bn) * itemsize
+        return smem > smem_bytes, 2 * bm * bf + bm * bn > regs * 32 * num_warps
+
+    while True:
+        over_smem, over_regs = over(bm, be, bf, bn)
+        if over_smem and be > 32:
+            be //= 2
+        elif (over_smem or over_regs) and bf > 32:
+            bf //= 2
+        elif (over_smem or over_regs) and bn > 32:
+            bn //= 2
+        elif (over_smem or over_regs) and bm > 16:
+            bm //= 2
+        elif over_smem and be > 16:
+            be //= 2
+        elif (over_smem or over_regs) and bf > 16:
+            bf //= 2
+        elif (over_smem or over_regs) and bn > 16:
+            bn //= 2
+        else:
+            return bm, be, bf, bn
 
 
 def gmm_tiles(group_sizes, m_pad, block_m):
