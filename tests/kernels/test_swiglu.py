@@ -9,6 +9,7 @@ import pytest
 from mk.kernels import swiglu as ksw
 from mk.kernels.swiglu import Config, Shapes, default, reference, space
 from mk.targets import get_target
+from tests.kernels.chip_compile import compiled, fits, needs_cuda
 
 
 def _inputs(m, e, f, d, dtype, seed=0):
@@ -64,3 +65,22 @@ def test_config_default_and_space():
     for target in ("tpu", "gpu"):
         sp = space(target, full)
         assert all(k in Config.__dataclass_fields__ for k in sp) and all(sp.values())
+
+
+def test_gpu_blocks_fit_a_small_shared_memory_budget_and_stay_correct():
+    # a 16 KiB budget halves the E, hidden and column blocks the request asks for; E (200) spans several E blocks
+    x, wg, wu, wd = _inputs(48, 200, 160, 72, jnp.bfloat16)
+    cfg = Config(block_m=64, block_f=64, block_n=128, block_e=128, num_warps=4, smem_bytes=16 << 10)
+    got = _run("gpu", [x, wg, wu, wd], cfg)
+    np.testing.assert_allclose(got, np.asarray(reference(x, wg, wu, wd), np.float32), atol=2e-2, rtol=2e-2)
+
+
+@needs_cuda
+def test_gpu_kernel_written_at_ci_compiles_for_h100_at_held_out_and_full_sizes():
+    # the configuration the offline author writes at jaxbench 9p's ci size, called at a fresh size (once 688 KiB of
+    # shared memory: whole (E, F) gate and up operands) and at the full size (once 5.2 MB)
+    cfg = default("h200", Shapes(m=64, e=128, f=384, d=128)).kwargs("gpu")
+    bf16 = jnp.bfloat16
+    for m, e, f, d in ((768, 640, 768, 640), (8192, 8192, 28672, 8192)):
+        structs = [jax.ShapeDtypeStruct(s, bf16) for s in ((m, e), (e, f), (e, f), (f, d))]
+        fits(compiled(lambda *a: ksw.swiglu_gpu(*a, **cfg), *structs))

@@ -30,27 +30,32 @@ class Shapes:
 @dataclass(frozen=True)
 class Config:
     """``block_m`` rows and ``block_f`` hidden units per step; ``block_n`` (GPU) output columns per program;
-    ``num_warps``/``num_stages``: Triton's launch."""
+    ``block_e`` (GPU) the width of the E blocks the gate and up products accumulate over;
+    ``num_warps``/``num_stages``: Triton's launch; ``smem_bytes`` (GPU): the shared memory a program may plan for
+    (the chip's, `validate.smem_budget`), to which the Triton kernel shrinks its blocks at trace time from the
+    sizes it is called with (not tuned)."""
 
     block_m: int = 128
     block_f: int = 256
     block_n: int = 128
+    block_e: int = 64
     num_warps: int = 4
     num_stages: int = 2
+    smem_bytes: int = 192 << 10
 
     def __post_init__(self) -> None:
-        validate.ints_in(self, ("block_m", "block_f", "block_n"), 8, 8192)
+        validate.ints_in(self, ("block_m", "block_f", "block_n", "block_e"), 8, 8192)
         validate.launch(self)
 
     def check(self, target: str) -> None:
         """Raise ``ValueError`` when a block is not a legal request on ``target``."""
-        validate.tiles(self, target, {"block_m": 8, "block_f": 128}, ("block_m", "block_f", "block_n"))
+        validate.tiles(self, target, {"block_m": 8, "block_f": 128}, ("block_m", "block_f", "block_n", "block_e"))
 
     def kwargs(self, target: str) -> dict[str, Any]:
         if kernel_language(target) == "mosaic":
             return {"block_m": self.block_m, "block_f": self.block_f}
-        return {"block_m": self.block_m, "block_f": self.block_f, "block_n": self.block_n,
-                "num_warps": self.num_warps, "num_stages": self.num_stages}
+        return {"block_m": self.block_m, "block_f": self.block_f, "block_n": self.block_n, "block_e": self.block_e,
+                "num_warps": self.num_warps, "num_stages": self.num_stages, "smem_bytes": self.smem_bytes}
 
 
 def _tpu_bytes(s: Shapes, bm: int, bf: int) -> int:
@@ -60,7 +65,9 @@ def _tpu_bytes(s: Shapes, bm: int, bf: int) -> int:
 
 def default(chip: str, shapes: Shapes) -> Config:
     """A tiling for ``chip`` (data/hardware.json): TPU the largest (block_m, block_f) whose working set fits the VMEM
-    budget (`validate.vmem_budget`), block_f a multiple of the MXU width; GPU 64-row blocks with block_n covering D up to 128."""
+    budget (`validate.vmem_budget`), block_f a multiple of the MXU width; GPU 64-row blocks with block_n covering D up to
+    128, E in blocks of 64, and the chip's shared-memory budget (`validate.smem_budget`), to which the kernel shrinks
+    those requests at trace time."""
     spec = get_spec(chip)
     if spec.kind == "tpu":
         budget = validate.vmem_budget(spec)
@@ -72,7 +79,8 @@ def default(chip: str, shapes: Shapes) -> Config:
                 best = max(best, (bm, bf), key=lambda t: t[0] * t[1])
         return Config(block_m=best[0], block_f=best[1])
     bn = 128 if shapes.d >= 128 else 64
-    return Config(block_m=64, block_f=64, block_n=bn, num_warps=8 if bn == 128 else 4)
+    return Config(block_m=64, block_f=64, block_n=bn, block_e=64, num_warps=8 if bn == 128 else 4,
+                  smem_bytes=validate.smem_budget(spec))
 
 
 def space(target: str, shapes: Shapes) -> dict[str, list[Any]]:
