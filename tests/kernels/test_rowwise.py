@@ -14,6 +14,7 @@ from mk.kernels.rowwise import Config
 from mk.kernels.rowwise.gpu import _rw_block as gpu_block
 from mk.kernels.rowwise.tpu import _rw_block as tpu_block
 from mk.targets import get_target
+from tests.kernels.chip_compile import compiled, fits, needs_cuda
 
 
 def _rms_body(x, w, *, d):
@@ -87,3 +88,24 @@ def test_lowers(target):
     body = functools.partial(_rms_body, d=1000)
     get_target(target).lower(lambda a, b: krw.rowwise(body, [a, b], row_inputs=(True, False), lead=1, target=target,
                                                       sublanes=16), x, w)
+
+
+def test_gpu_rows_and_warps_fitted_to_the_row_width():
+    from mk.kernels.rowwise.gpu import _rw_fit
+
+    # jaxbench 12p at full: 4-row blocks of 8192 bf16 at 4 warps held 256 elements a thread (255 registers, spills)
+    assert _rw_fit(8, 4, 8192, 8192) == (1, 8)
+    assert _rw_fit(8, 4, 4096, 4096) == (2, 8)
+    assert _rw_fit(1, 4, 65536, 65536) == (1, 16)  # as far as one row goes
+    assert _rw_fit(64, 4, 32, 32) == (64, 4)  # narrow rows keep the request
+
+
+@needs_cuda
+def test_gpu_rmsnorm_compiles_for_h100_at_jaxbench_12p_full_size_without_spills():
+    # 8x4096 rows of 8192 bf16 at the written kernel's request (4-row blocks within the budget, 4 warps): was 255
+    # registers and 1064 B of spills
+    body = functools.partial(_rms_body, d=8192)
+    st = jax.ShapeDtypeStruct
+    fn = lambda x, w: krw.rowwise_gpu(body, [x, w], row_inputs=(True, False), lead=2, block_rows=64,  # noqa: E731
+                                      budget=krw.BUDGET["gpu"])[0]
+    fits(compiled(fn, st((8, 4096, 8192), jnp.bfloat16), st((8192,), jnp.bfloat16)))

@@ -5,7 +5,12 @@ Triton blocks are powers of two: the row block is the largest power of two
 dividing the rows (within the on-chip budget), and every input's trailing axes
 are zero-padded to powers of two; the body must mask the padding out of its
 reductions (mk's offline author emits it so, with ``_masked``), and the
-outputs are sliced back to their true trailing sizes.
+outputs are sliced back to their true trailing sizes. A block's values live in
+registers (there is no matrix product to stage in shared memory), so the row
+block and ``num_warps`` are requests fitted at trace time to the padded row
+width (``_rw_fit``): more warps first, then fewer rows, until about
+``per_thread`` elements of the widest row value a thread (an 8192-wide bf16
+RMSNorm block of 4 rows at 4 warps held 256 a thread: 255 registers, spills).
 
 Self-contained (jax only): mk's offline author copies it verbatim into the
 kernels it writes, after the body it generates.
@@ -27,6 +32,25 @@ def _rw_block(nrows, want, row_bytes, budget):
     while nrows % b:
         b //= 2
     return b
+
+
+def _rw_fit(block_rows, num_warps, row_elems, param_elems, per_thread=32):
+    """(rows, warps): ``num_warps`` raised (up to 8) and then ``block_rows`` halved (down to 1), then warps raised
+    to 16, until a block's widest values (``block_rows`` rows of ``row_elems`` padded elements, and a parameter of
+    ``param_elems``) come to at most ``per_thread`` elements a thread; halved rows still divide the rows."""
+    def over(rows, warps):
+        return max(rows * row_elems, param_elems) > per_thread * 32 * warps
+
+    while over(block_rows, num_warps):
+        if num_warps < 8:
+            num_warps *= 2
+        elif block_rows > 1:
+            block_rows //= 2
+        elif num_warps < 16:
+            num_warps *= 2
+        else:
+            break
+    return block_rows, num_warps
 
 
 def _rw_pow2(n):
@@ -83,7 +107,7 @@ def _rw_block_structs(flat, row_inputs, squeeze, scalar):
 def rowwise_gpu(body, inputs, *, row_inputs, lead, block_rows=64, budget=96 * 2**10 * 4, num_warps=4):
     """``body`` run block-local over blocks of whole rows (trailing axes padded to powers of two, the outputs sliced
     back); the list of its outputs, each shaped rows + trailing. ``row_inputs``, ``lead`` and ``budget`` as in
-    :func:`rowwise_tpu`."""
+    :func:`rowwise_tpu`; ``block_rows`` and ``num_warps`` are requests fitted to the row width (``_rw_fit``)."""
     if len(inputs) != len(row_inputs) or not any(row_inputs):
         raise ValueError(f"expected one row_inputs flag per input and at least one row input, got {row_inputs!r} "
                          f"for {len(inputs)} inputs")
@@ -96,6 +120,10 @@ def rowwise_gpu(body, inputs, *, row_inputs, lead, block_rows=64, budget=96 * 2*
     row_bytes = sum(math.prod(f.shape[1:]) * f.dtype.itemsize for f, r in zip(flat, row_inputs) if r)
     row_bytes += sum(math.prod(s.shape[1:]) * s.dtype.itemsize for s in out_shapes)
     block_rows = _rw_block(nrows, block_rows, row_bytes, budget)
+    row_elems = max([math.prod(f.shape[1:]) for f, r in zip(flat, row_inputs) if r]
+                    + [math.prod(s.shape[1:]) for s in out_shapes])
+    param_elems = max([math.prod(f.shape) for f, r in zip(flat, row_inputs) if not r] or [1])
+    block_rows, num_warps = _rw_fit(block_rows, num_warps, row_elems, param_elems)
     specs = [pl.BlockSpec((block_rows,) + f.shape[1:] if r else f.shape,
                           (lambda i, k=f.ndim - 1: (i,) + (0,) * k) if r else (lambda i, k=f.ndim: (0,) * k))
              for f, r in zip(flat, row_inputs)]
