@@ -19,10 +19,18 @@ from typing import Any
 from mk.author.emit import Emitter, Unsupported
 
 #: the helper a kernel that pools windows defines
-POOL_HELPER = '''def _pool_windows(x, window, count, width):
+POOL_HELPER = '''def _pool_windows(x, window, count, width, lanes=False):
     """Sums of count consecutive windows of window entries along x's last axis (x (rows, n)), as one product with
-    a 0/1 matrix; the result is (rows, width), its columns past count zero."""
+    a 0/1 matrix; the result is (rows, width), its columns past count zero. ``lanes`` (Triton blocks, whose axes
+    are powers of two): a power-of-two window is summed by splitting the axis instead (no (n, width) matrix, which
+    outgrows a Triton block for wide rows), windows past count zeroed and folded onto the first width columns."""
     n = x.shape[-1]
+    if lanes and window & (window - 1) == 0 and n % window == 0 and (n // window) % width == 0:
+        s = jnp.sum(x.astype(jnp.float32).reshape(x.shape[:-1] + (n // window, window)), axis=-1)
+        s = jnp.where(lax.broadcasted_iota(jnp.int32, s.shape, s.ndim - 1) < count, s, 0.0)
+        if n // window != width:
+            s = jnp.sum(s.reshape(s.shape[:-1] + (n // window // width, width)), axis=-2)
+        return s.astype(x.dtype)
     j = lax.broadcasted_iota(jnp.int32, (n, width), 0)
     c = lax.broadcasted_iota(jnp.int32, (n, width), 1)
     pick = ((j >= c * window) & (j < c * window + window) & (c < count)).astype(jnp.float32)
@@ -85,7 +93,7 @@ class PoolEmitter(Emitter):
         if self.mask:
             self.out.primitives.add("_pow2")
         self.out.primitives.add("_pool_windows")
-        self._set(eqn.outvars[0], f"_pool_windows({name}, {k}, {count}, {width})", l)
+        self._set(eqn.outvars[0], f"_pool_windows({name}, {k}, {count}, {width}{', True' if self.mask else ''})", l)
 
 
 __all__ = ["POOL_HELPER", "PoolEmitter"]

@@ -83,3 +83,22 @@ def test_group_norm_on_group_padded_rows_then_a_min_over_the_row():
     prop = matmul.propose(task, trace_scales(task), "gpu")[0]
     assert "_masked_groups(" in prop.source
     _judge_here(_at(task, N=1536, B=8), prop.source, "gpu")
+
+
+@pytest.mark.parametrize("n,window,count,width", [(8192, 16, 512, 512), (512, 16, 16, 16), (256, 16, 12, 16),
+                                                  (256, 4, 50, 64), (128, 3, 42, 64)])
+def test_window_pooling_by_splitting_the_axis_matches_the_0_1_product(n, window, count, width):
+    """Triton rows (``lanes``) sum a power-of-two window by splitting the axis, never building the (n, width) 0/1
+    matrix (8192 x 512 at 49k's full size: over Triton's 1,048,576-element limit); windows past count are zero,
+    windows past width fold away (all zero), and other windows keep the product."""
+    from mk.author.pooling import POOL_HELPER
+
+    ns = {"jnp": jax.numpy, "lax": jax.lax}
+    exec(POOL_HELPER, ns)
+    x = jax.random.normal(jax.random.key(0), (3, n), jax.numpy.float32)
+    want = np.asarray(x[:, :count * window].reshape(3, count, window).sum(-1))
+    for lanes in (False, True):
+        got = np.asarray(ns["_pool_windows"](x, window, count, width, lanes))
+        assert got.shape == (3, width)
+        np.testing.assert_allclose(got[:, :count], want, atol=1e-4, rtol=1e-5)
+        assert not got[:, count:].any()
