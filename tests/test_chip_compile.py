@@ -9,6 +9,7 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import pallas as pl
 import pytest
 
 from mk import chips
@@ -121,6 +122,21 @@ def test_gpu_shared_memory_over_h100_limit_is_compile_error():
     assert r.status == "compile_error", r.reason
     assert "Shared memory size limit exceeded" in r.reason and "232448" in r.reason
     assert "h100" in r.reason.lower() and "scale ci" in r.reason
+
+
+@needs_cuda
+def test_default_gpu_pallas_call_lowers_to_mosaic_gpu_and_compiles():
+    # without Triton compiler params JAX lowers a GPU pallas_call to Mosaic GPU (mosaic_gpu_v2); compiled in another
+    # process than the one that exported it, the call is JIT-linked against Mosaic GPU's host runtime, which the
+    # compile worker must have loaded (it once failed every such kernel: "Failed to lookup host symbol")
+    from tests.kernels.chip_compile import compiled
+
+    def kernel(x):
+        return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., jnp.tanh(x_ref[...])),
+                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    result = compiled(kernel, jax.ShapeDtypeStruct((16, 128), jnp.float32))
+    assert result.ok, result.error
 
 
 @needs_cuda

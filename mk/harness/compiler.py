@@ -20,6 +20,7 @@ compile at once).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -28,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 _state: dict[str, Any] = {"devices": {}}
 
@@ -177,12 +180,25 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in re.findall(r"\d+", text)]
 
 
+def _load_mosaic_gpu_runtime() -> None:
+    """Load Mosaic GPU's host runtime. A deserialized ``mosaic_gpu_v2`` call (a GPU ``pallas_call`` without Triton
+    compiler params, JAX's default lowering) is JIT-linked against its symbols when XLA compiles it: without them
+    the compile fails with "Failed to lookup host symbol" for a kernel the device runs."""
+    try:
+        import jax.experimental.mosaic.gpu  # noqa: F401
+    except ImportError as exc:  # the Triton path still compiles; a Mosaic GPU program then fails with the reason
+        log.warning("Mosaic GPU's runtime is not available to the compile worker: %s", exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     from mk.harness.process import serve
 
     args = sys.argv[1:] if argv is None else argv
     _state["workdir"] = Path(args[0] if args else os.getcwd()).resolve()
     import jax  # noqa: F401  (imported before the first request: a warm worker)
+
+    if os.environ.get("MK_CHIP_KIND") == "gpu":
+        _load_mosaic_gpu_runtime()
 
     serve({"compile": compile_program, "versions": lambda _r: {"ok": True, "versions": versions(os.environ.get("MK_CHIP_KIND", "tpu"))}})
     os._exit(0)

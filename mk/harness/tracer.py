@@ -199,6 +199,9 @@ def trace(request: dict[str, Any]) -> dict[str, Any]:
                 if "backward" in _state and not s.get("compile_only"):
                     scales[s["name"]]["backward"] = _backward_programs(workdir, s, static, structs, target)
         except BaseException as exc:  # noqa: BLE001
+            tampered = _tampered()  # a patched tracer that then fails is the patch's verdict, not the failure's
+            if tampered:
+                return tampered
             if s.get("compile_only") and isinstance(exc, Exception):  # a scale the cases do not run: not claimed
                 scales[s["name"]] = {"compile_only_error": _failure("compile", exc, (), scale=s["name"]).get("error", "")}
                 continue
@@ -207,10 +210,15 @@ def trace(request: dict[str, Any]) -> dict[str, Any]:
     denied = denied_events()
     if denied:
         return {"phase": "compile", "rejected": f"the candidate attempted a forbidden operation: {denied[0]}"}
+    return _tampered() or {"ok": True, "scales": scales, "seconds": seconds}
+
+
+def _tampered() -> dict[str, Any] | None:
+    """The rejection when the candidate replaced or rewrote one of the tracer's own functions, else None."""
     for mod, name, fn, code in _state["trusted"]:
         if getattr(mod, name, None) is not fn or fn.__code__ is not code:
             return {"phase": "compile", "rejected": f"the candidate modified the judge's tracer ({mod.__name__}.{name})"}
-    return {"ok": True, "scales": scales, "seconds": seconds}
+    return None
 
 
 def _facts(closed: Any, target: Any) -> dict[str, Any]:
