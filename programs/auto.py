@@ -79,6 +79,16 @@ class Snapshot:
     def correct(self) -> bool:
         return self.status == "correct"
 
+    @property
+    def compile_check(self) -> str:
+        """Which chip compile judged it (``EvalResult.compile_check``), "" without a verdict."""
+        return self.result.compile_check if self.result is not None else ""
+
+    @property
+    def compiled(self) -> list[Any]:
+        """The chip compiler's figures per scale (``EvalResult.compiled``)."""
+        return list(self.result.compiled) if self.result is not None else []
+
     def summary(self) -> str:
         """One line for the next plan: what was tried and what the judge said."""
         parts = [f"iteration {self.iteration} ({self.proposal}): {self.status}"]

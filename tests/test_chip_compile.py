@@ -140,6 +140,24 @@ def test_default_gpu_pallas_call_lowers_to_mosaic_gpu_and_compiles():
 
 
 @needs_cuda
+def test_a_fresh_size_the_chip_refuses_is_a_flag_not_the_verdict():
+    # small blocks at the declared sizes, 128 x 128 blocks of the whole K elsewhere: 512 KiB of shared memory at
+    # every size the judge draws, over H100's 227 KiB; the declared scales compile, so the verdict stands
+    source = GPU_MATMUL.replace("    n = y.shape[1]\n", "    n = y.shape[1]\n"
+                                "    bm = bn = 16 if max(m, n) <= 256 else 128\n")
+    assert source != GPU_MATMUL
+    task = Task("chip_mm_fresh", ref_mm, (ArgSpec("x", ("m", 1024), "float16"), ArgSpec("y", (1024, "n"), "float16")),
+                {"ci": Scale("ci", {"m": 128, "n": 128})},
+                tolerance=Tolerance(2e-2, 2e-2))  # no declared held-out size: the judge draws fresh ones
+    r = evaluate(task, source, target="gpu", measure=False)
+    assert r.status == "correct", r.reason
+    fresh = [c for c in r.compiled if c.scale.startswith("size-")]
+    assert fresh and not any(c.ok for c in fresh) and all(c.ok for c in r.compiled if c not in fresh)
+    assert any("a size the judge drew" in f and "Shared memory size limit exceeded" in f for f in r.flags), r.flags
+    assert "fresh size" not in r.compile_check and "at ci" in r.compile_check
+
+
+@needs_cuda
 def test_gpu_kernel_figures_from_ptxas():
     r = evaluate(MM_TASK, GPU_MATMUL.replace("k = x.shape", "k = x.shape").replace("bm: int = 64", "bm: int = 16")
                  .replace("bn: int = 64", "bn: int = 16"), target="gpu", measure=False)

@@ -6,7 +6,7 @@ its output: bias, scale, residual, clamp, activations ... taken from the
 jaxpr after the dot and emitted by :mod:`mk.author.emit`. The kernels are
 :mod:`mk.kernels.matmul` (TPU: a K-loop over the grid's last axis with an f32
 VMEM accumulator; GPU (Triton): a K-loop inside the kernel; an epilogue that
-reduces along N keeps whole rows, ``block_n = N``), copied verbatim into the
+reduces along N keeps whole rows, ``full_n=True``, blocks planned at trace time), copied verbatim into the
 written file: this recogniser generates only ``_epilogue`` and the ``kernel``
 that passes it, with each parameter's tiling kind, to the family's kernel.
 """

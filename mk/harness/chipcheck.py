@@ -34,6 +34,7 @@ import threading
 from typing import Any
 
 from mk.chips import INSTALL_HINT, Chip, compiler_missing
+from mk.harness.heldout import FRESH
 from mk.harness.process import ChildFailed
 from mk.harness.results import CompileResult, KernelFigures
 
@@ -65,7 +66,8 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
                    deadline_s: float = COMPILE_S, no_spills: bool = False, strict: bool = True
                    ) -> tuple[list[CompileResult], list[str]]:
     """Compile each scale's exported device program for ``chip``: the results and the flags they raise. Raises
-    :class:`CompileRefused` for a judged scale the compiler refuses or a compile past ``deadline_s``; with
+    :class:`CompileRefused` for a judged scale the compiler refuses or a compile past ``deadline_s`` (elsewhere
+    each is a flag: a declared scale the cases do not run, a fresh size the judge drew); with
     ``strict=False`` (a chip compiled for information, beside the verdict's own) every refusal is a flag."""
     from mk.harness import pool
 
@@ -88,8 +90,9 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
                                    f"the {chip.name} compile (chip compile phase) at scale {scale}")
             except ChildFailed as exc:
                 pool.discard(worker)
-                if not strict:
-                    flags.append(f"the {chip.name} compile at scale {scale} did not finish: {exc.message}")
+                if not strict or scale not in judged:
+                    flags.append(f"the {chip.name} compile at scale {scale} did not finish "
+                                 f"({_unclaimed(scale, scale in judged)}): {exc.message}")
                     continue
                 if exc.outcome == "timeout":
                     raise CompileRefused("timeout", f"compiling for {chip.name} at scale {scale} ran past its "
@@ -108,9 +111,8 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
             if result.judged and strict:
                 raise CompileRefused("compile_error", f"the {chip.spec.full_name} compiler refuses the kernel at scale "
                                                       f"{scale}: {result.error}", error=full_error)
-            flags.append(f"does not compile for {chip.name} at scale {scale}" + (" (a declared scale the cases do not run, "
-                         "so it is not claimed)" if not result.judged else " (a chip compiled beside the verdict's own)")
-                         + f": {result.error}")
+            flags.append(f"does not compile for {chip.name} at scale {scale} ({_unclaimed(scale, result.judged)}): "
+                         f"{result.error}")
             continue
         spilled = [k for k in result.kernels if k.kind == "pallas" and (k.spill_store_bytes or k.spill_load_bytes)]
         if spilled:
@@ -121,6 +123,15 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
                 raise CompileRefused("compile_error", f"{what}; --no-spills refuses it: use smaller blocks or fewer warps")
             flags.append(what)
     return results, flags
+
+
+def _unclaimed(scale: str, judged: bool) -> str:
+    """Why a refusal at ``scale`` is a flag, not the verdict."""
+    if judged:
+        return "a chip compiled beside the verdict's own"
+    if scale.startswith(FRESH):
+        return "a size the judge drew to test generality, not one the task declares: not claimed for this chip"
+    return "a declared scale the cases do not run, so it is not claimed"
 
 
 def _result(chip: Chip, scale: str, reply: dict[str, Any], version: str) -> CompileResult:

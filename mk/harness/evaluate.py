@@ -495,8 +495,10 @@ def _compile_for_chip(run: _Run) -> None:
     t0 = time.perf_counter()
     programs = {scale: _read_regular(run.tracer.workdir / run.programs[scale]["target_file"])
                 for scale in (*run.scales, *run.compile_scales)}
+    # the declared scales the cases run must compile; a fresh size (drawn by the judge) the chip refuses is a flag
+    declared = {s for s in run.scales if not s.startswith(FRESH)}
     try:
-        results, flags = chipcheck.compile_scales(run.chip, programs, set(run.scales), memory_mb=run.memory_mb,
+        results, flags = chipcheck.compile_scales(run.chip, programs, declared, memory_mb=run.memory_mb,
                                                   no_spills=run.no_spills)
     except chipcheck.CompileRefused as refused:
         raise _Verdict(refused.status, refused.reason, refused.error) from None
@@ -509,7 +511,7 @@ def _compile_for_chip(run: _Run) -> None:
         f" ({results[0].compiler})" if results and results[0].compiler else "")
     for other in run.also_chips:  # information beside the verdict: figures, and refusals as flags
         t1 = time.perf_counter()
-        more, notes = chipcheck.compile_scales(other, programs, set(run.scales), memory_mb=run.memory_mb, strict=False)
+        more, notes = chipcheck.compile_scales(other, programs, declared, memory_mb=run.memory_mb, strict=False)
         run.seconds["chip_compile"] += time.perf_counter() - t1
         run.compiled.extend(more)
         run.flags.extend(notes)
