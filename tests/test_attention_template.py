@@ -115,6 +115,22 @@ def test_gpu_pads_shapes_triton_cannot_block(S, D):
     assert attention.propose(task, trace_scales(task), "tpu")[0].template == "attention"
 
 
+def test_a_callable_with_concrete_shapes_gets_flash_attention():
+    """mk.optimize's task for examples/attention.py (concrete shapes, no named dims): the probes move v's head dim
+    on its own, which the reference allows; the template used to decline ("k and v differ in shape") while
+    `mk optimize examples/attention.py` wrote the kernel. The kernel takes a value head size of its own."""
+    from mk.loaders.callable import task_from_callable
+
+    fn = load_task(str(EXAMPLES / "attention.py")).reference
+    shape = ((1, 2, 128, 64), "bfloat16")
+    task = task_from_callable(fn, scales={"ci": [shape] * 3}, name="attention")
+    props = [p for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "attention"]
+    assert props and "CAUSAL = True" in props[0].source
+    _check(task, props[0].source)
+    wide_v = task_from_callable(fn, scales={"ci": [shape, shape, ((1, 2, 128, 32), "bfloat16")]}, name="attention")
+    _check(wide_v, props[0].source)
+
+
 def test_declines_without_a_softmax_between_two_products():
     def f(q, k, v):
         return jnp.einsum("bhqk,bhkd->bhqd", jnp.einsum("bhqd,bhkd->bhqk", q, k), v)

@@ -102,8 +102,9 @@ def recognise(prog: Program) -> AttentionPattern:
         raise Unsupported("the query is not a (transposed) input, or q/k/v are not three distinct inputs")
     lfree = [i for i in range(4) if i not in lc1 and i not in lb1]
     roles = (qperm[lb1[0]], qperm[lb1[1]], qperm[lfree[0]], qperm[lc1[0]])
-    if k.shape != v.shape or len(k.shape) != 4:
-        raise Unsupported("k and v differ in shape")
+    if len(k.shape) != 4 or len(v.shape) != 4 or \
+            any(k.shape[r] != v.shape[r] for r in roles[:3]):  # v's head dim is its own (the kernels take Dv)
+        raise Unsupported(f"k {k.shape} and v {v.shape} differ in batch, heads or sequence")
     B, H, S, D = (q.shape[r] for r in roles)
     kb, kh, ks, kd = (k.shape[r] for r in roles)
     if kb != B or kd != D or kh == 0 or H % kh:
