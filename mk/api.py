@@ -304,7 +304,10 @@ class OptimizedFunction:
                 # the residuals are the inputs: the written backward recomputes what it needs (row statistics, lse)
                 cts = args[n:]
                 ct = cts[0] if len(cts) == 1 else tuple(cts)
-                grads = tuple(spec.call(functools.partial(kernel_bwd, ct), args[:n], static))
+                # traced when the caller's grad transposes, after run_kernel/__call__ left their execution
+                # context: the backward's kernels run where the forward's did (interpreted without the device)
+                with self._target.execution():
+                    grads = tuple(spec.call(functools.partial(kernel_bwd, ct), args[:n], static))
                 if len(grads) != n:
                     raise MkError(f"{self.task.name}: the kernel's backward returned {len(grads)} cotangents for "
                                   f"{n} inputs", hint="the judge checks this; re-run mk.optimize with cache=False")
