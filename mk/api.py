@@ -58,11 +58,13 @@ class OptimizedFunction:
     judged backward kernel (``kernel_bwd``) when it has one, else the reference's VJP (``jax.vjp(fn)``); either
     way ``jax.grad`` / ``jax.vjp`` give the reference's gradients (within the judge's tolerance), forward-mode ``jax.jvp`` is refused by JAX (use ``self.reference``). Under
     ``jax.vmap`` the batched shapes were never verified, so the batched call runs the reference (decided
-    when the batch is traced; counted in ``self.calls["batched"]``).
+    when the batch is traced; counted in ``self.traces["batched"]``).
 
-    ``self.calls`` counts dispatches, per eager call or per trace under ``jit``: ``kernel`` (calls that chose
-    the kernel), ``reference`` (fallbacks), ``batched`` (kernel calls that ``vmap`` then turned into the
-    reference; also counted as fallbacks). :meth:`run_kernel` runs the kernel here whatever the device
+    ``self.calls`` counts calls made eagerly (concrete inputs, ``jax.grad`` included), each one run: ``kernel``
+    (calls that ran the kernel), ``reference`` (fallbacks). ``self.traces`` counts the same choice taken while
+    ``fn`` was being traced (``jax.jit``, ``jax.vmap``, ``jax.make_jaxpr``): the traced program then runs that
+    choice on every call, which mk does not see (300 calls of one jitted function are one trace); ``batched``
+    counts kernel calls that ``vmap`` turned into the reference. :meth:`run_kernel` runs the kernel here whatever the device
     (TPU/GPU kernels in Pallas interpret mode), and raises :class:`~mk.errors.EnvelopeError`
     outside the envelope.
 
@@ -82,7 +84,8 @@ class OptimizedFunction:
         self.source = source
         self.cached = cached
         self.envelope = Envelope.from_dict(report.envelope) if report.envelope else None
-        self.calls = {"kernel": 0, "reference": 0, "batched": 0}
+        self.calls = {"kernel": 0, "reference": 0}
+        self.traces = {"kernel": 0, "reference": 0, "batched": 0}
         self._target = get_target(report.target)
         self._warned: set[str] = set()
         self._compiled: dict[str, Callable[..., Any]] = {}
@@ -110,9 +113,9 @@ class OptimizedFunction:
         if why is None:
             why = self._absent()
         if why is not None:
-            self._fallback(why)
+            self._fallback(why, bound)
             return self.reference(*bound.ref_args, **bound.ref_kwargs)
-        self.calls["kernel"] += 1
+        self._count("kernel", bound)
         with self._target.execution():
             return self._run(bound, leaves)
 
@@ -133,7 +136,7 @@ class OptimizedFunction:
             verified = "; ".join(line.strip() for line in self.envelope.lines()) if self.envelope else "nothing recorded"
             raise EnvelopeError(f"{self.task.name}: {why}", hint=f"the kernel was verified on: {verified}",
                                 envelope=self.envelope.to_dict() if self.envelope else None)
-        self.calls["kernel"] += 1
+        self._count("kernel", bound)
         with self._target.execution():
             return self._run(bound, leaves)
 
@@ -279,7 +282,7 @@ class OptimizedFunction:
 
             @wrapped.def_vmap
             def _batched(axis_size: int, in_batched: Sequence[bool], *args: Any) -> tuple[Any, Any]:
-                self.calls["batched"] += 1
+                self.traces["batched"] += 1
                 self._fallback(f"{why} under jax.vmap (a batch of {axis_size}) was never verified")
                 out = jax.vmap(fallback, in_axes=tuple(0 if b else None for b in in_batched))(*args)
                 return out, tuple(True for _ in out)
@@ -324,8 +327,17 @@ class OptimizedFunction:
         run.defvjp(fwd, bwd)
         return jax.jit(run)
 
-    def _fallback(self, why: str) -> None:
-        self.calls["reference"] += 1
+    def _count(self, which: str, bound: Any) -> None:
+        """One more call (concrete inputs: it runs now) or trace (a traced program will run it) choosing ``which``."""
+        import jax
+
+        traced = any(isinstance(x, jax.core.Tracer) and not jax.core.is_concrete(x)
+                     for x in jax.tree_util.tree_leaves((bound.values, bound.static)))
+        (self.traces if traced else self.calls)[which] += 1
+
+    def _fallback(self, why: str, bound: Any = None) -> None:
+        if bound is not None:
+            self._count("reference", bound)
         if why in self._warned:
             return
         self._warned.add(why)
