@@ -94,9 +94,17 @@ def test_bench_cpu_scripted_auto_and_best_of_n(tmp_path):
         return authors[-1]
 
     db, out = tmp_path / "b.duckdb", tmp_path / "report"
+    events = []
     res = run_bench(BenchConfig(str(root), target="cpu", methods=("auto", "best-of-n"), scale="ci", iterations=3, samples=3,
-                                tune=False, db=db, out=out, author_factory=factory))
+                                tune=False, db=db, out=out, author_factory=factory), on_event=lambda k, d: events.append((k, d)))
     assert res.can_time
+    # the CLI prints each row's first measurement as it finishes, then the re-timed median the metrics use
+    from mk.commands.bench import retimed_lines
+
+    (retimed,) = [d for k, d in events if k == "retimed"]
+    assert retimed["task"] == "tanh2" and {r.method for r in retimed["rows"]} == {"auto", "best-of-n"}
+    for row, line in zip(retimed["rows"], retimed_lines(retimed["rows"])):
+        assert f"{row.method} tanh2 {row.speedup:.2f}x (median of {len(row.speedup_runs)} runs" in line
     by = {(r.method, r.task): r for r in res.rows}
     for method in ("auto", "best-of-n"):
         good = by[(method, "tanh2")]

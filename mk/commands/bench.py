@@ -168,6 +168,8 @@ def _summary(console: Any, result: Any) -> None:
             speed.append(" / ".join(f"{100 * met.fast_p[f'fast_{p:g}']:.0f}%" for p in FAST_P))
         table.add_row(m, f"{100 * met.compilation_rate:.0f}%", f"{100 * met.correctness_rate:.0f}%", *speed)
     console.print(table)
+    if any(r.spread is not None for r in result.rows):
+        console.print("speedups: each task's re-timed median (the 're-timed' lines), not its first measurement")
     if not result.can_time:
         console.print(f"[yellow]{result.speed_reason}[/]")
     if result.stop_reason:
@@ -206,3 +208,17 @@ class _Progress:
             speed = f" {row.speedup:.2f}x" if row.speedup is not None else ""
             self.console.print(f"[{colour}]{row.status:>13}[/] {row.method:>9} {row.task}{speed} ({row.seconds:.1f}s)")
             self.progress.advance(self.bar)
+        elif kind == "retimed":
+            for line in retimed_lines(data["rows"]):
+                self.console.print(line)
+
+
+def retimed_lines(rows: Any) -> list[str]:
+    """One line per re-timed row: the median the metrics use (its method's first measurement was printed before)."""
+    out = []
+    for row in rows:
+        lo, hi = row.spread
+        tie = f", tie with {', '.join(row.tied_with)}" if row.tied_with else ""
+        out.append(f"{'re-timed':>13} {row.method:>9} {row.task} {row.speedup:.2f}x "
+                   f"(median of {len(row.speedup_runs)} runs, {lo:.2f}x-{hi:.2f}x{tie})")
+    return out
