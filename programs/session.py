@@ -102,7 +102,11 @@ class Session:
                     mode=MODE, target=target, **author_fields(self.author), iterations=iterations, tune=tune,
                     max_trials=max_trials, max_fixes=max_fixes, budget=meter.budget if meter is not None else Budget(),
                     out=str(Path(out).expanduser().resolve()) if out else None), meter=self._auto.budget)
-            self.traj: Trajectory = self._auto.start(task, run=self.run)
+            try:
+                self.traj: Trajectory = self._auto.start(task, run=self.run)
+            except Exception as exc:
+                self.run.fail_unstarted(exc)
+                raise
         self.task = self.traj.task
         if _resume:
             self.traj.snapshots = _resume["snapshots"]

@@ -128,3 +128,25 @@ def test_hitl_piped_panels_are_not_80_columns(tmp_path):
     body = lines[top + 1:bottom]
     assert len(lines[top]) > 80 and all(len(ln) == len(lines[top]) for ln in body)  # one box, wider than 80 columns
     assert len(body) == 2 and "one pass over HBM" in body[1]  # the plan's name and its one line of text, unwrapped
+
+
+def test_a_run_that_never_started_is_failed_with_its_reason_not_killed(tmp_path, capsys):
+    """A task whose reference fails at its shapes ends in a usage error before its suite is frozen: the run is
+    stored `failed` with that reason, and `mk runs`/`mk show` no longer call it `killed` with a resume command."""
+    bad = tmp_path / "badshape.py"
+    bad.write_text("import jax.numpy as jnp\nfrom mk.task import ArgSpec, Scale, Task\n\n"
+                   "def ref(x, w):\n    return x @ w\n\n"
+                   "TASK = Task('badshape', ref, (ArgSpec('x', ('M', 'N'), 'float32'), ArgSpec('w', ('M', 'N'), 'float32')),\n"
+                   "            {'ci': Scale('ci', {'M': 8, 'N': 128})})\n")
+    db = str(tmp_path / "never.duckdb")
+    for command in ("optimize", "hitl"):
+        assert main([command, str(bad), "--target", "cpu", "--lm", "offline", "--db", db, "--out", str(tmp_path / "o")]) == 2
+    capsys.readouterr()
+    assert main(["runs", "--db", db, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["mode"] for r in rows) == ["auto", "hitl"] and {r["status"] for r in rows} == {"failed"}
+    for row in rows:
+        assert main(["show", row["id"], "--db", db]) == 0
+        out = capsys.readouterr().out
+        assert "failed" in out and "never started" in out and "dot_general" in out
+        assert "killed" not in out and "resume" not in out

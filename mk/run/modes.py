@@ -37,6 +37,7 @@ def drive(run: Run, author: Any, *, meter: Any = None, on_event: Events = None, 
             run.fail(f"the language model cannot be used: {str(exc).splitlines()[0][:300]}")
             raise unusable from None
         if not lm_failed(exc):
+            run.fail_unstarted(exc)
             raise
         # a provider failure outside Auto's steps (the author's test synthesis while the suite is frozen): the run
         # is marked, not left 'running', and the message says how to continue

@@ -143,6 +143,16 @@ class Run:
     def fail(self, reason: str) -> None:
         self.finish("failed", reason)
 
+    def fail_unstarted(self, exc: BaseException) -> None:
+        """Mark the run ``failed`` when ``exc`` ended it before its suite was frozen (a task whose reference fails
+        at its shapes, an unknown dtype ...): nothing was judged, so there is nothing to continue. A run that got
+        further is left as it is (``killed`` when read, with its resume command)."""
+        if self.suite is not None:
+            return
+        text = (getattr(exc, "message", None) or str(exc) or type(exc).__name__).splitlines()[0][:500].rstrip(".")
+        self.fail(f"the run never started: {type(exc).__name__}: {text}; there is nothing to continue: fix the cause "
+                  "and start a new run")
+
     def interrupt(self, kept: str) -> KeyboardInterrupt:
         """Mark the run interrupted (Ctrl-C, SIGTERM) and return the exception to raise; it names the run, what was
         kept and the exact command that continues it."""
