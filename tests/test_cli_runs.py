@@ -150,3 +150,19 @@ def test_a_run_that_never_started_is_failed_with_its_reason_not_killed(tmp_path,
         out = capsys.readouterr().out
         assert "failed" in out and "never started" in out and "dot_general" in out
         assert "killed" not in out and "resume" not in out
+
+
+def test_show_of_a_resumed_running_run_has_no_stale_interrupt_line(tmp_path, capsys):
+    """An interrupted run continued by a resume is running again: `mk show` used to print the old "interrupted ...
+    continue it with" line under it."""
+    from mk.run import Run, RunConfig
+
+    db = tmp_path / "r.duckdb"
+    with Store.open(db) as store:
+        run_id = store.create_run(None, "auto", {"target": "cpu"})
+        store.interrupt_run(run_id, "1 snapshot kept")
+        Run(store, run_id, RunConfig(mode="auto", target="cpu"), None).restart()  # this (live) process writes it
+    assert main(["show", run_id, "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"{run_id}" in out and "running" in out
+    assert "interrupted" not in out and "continue it with" not in out

@@ -130,7 +130,8 @@ class Run:
     def restart(self) -> None:
         """Mark a resumed run ``running`` again, in the store and in its progress file (read commands tell a live
         writer from a killed one by that file's pid: until it is rewritten it names the process that died)."""
-        self.store.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE id = ?", [self.id])
+        # the last stop's reason ("interrupted ... continue it with") is no longer true of a running run
+        self.store.execute("UPDATE runs SET status = 'running', reason = NULL, finished_at = NULL WHERE id = ?", [self.id])
         self.store.write_progress(self.id)
 
     # --- ending ------------------------------------------------------------------------------------
