@@ -31,6 +31,7 @@ _LAZY = {
     "evaluate": "mk.harness",
     "MkError": "mk.errors",
     "optimize": "mk.api",
+    "resume": "mk.api",
     "optimize_task": "mk.job",
     "Auto": "mk.programs.auto",
     "OfflineAuthor": "mk.author",

@@ -499,14 +499,10 @@ def optimize(
             words.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise ArgumentError(f"mk.optimize() got unknown keyword argument(s) {', '.join(words)}",
                             hint=f"it accepts: {', '.join(accepted)}; see help(mk.optimize)")
-    from datetime import datetime, timezone
-
     from mk.store import Store
-    from mk.targets import get_target
 
     task, spec = callable_task(fn, shapes, static=static, static_argnames=static_argnames, atol=atol, rtol=rtol, name=name,
                                scales=scales, inits=inits, description=description, computation_key=True)
-    device = get_target(target).device_kind() or "none"
     key = cache_key(task, target, spec)
     if cache and key is not None:
         with Store.open(db) as store:
@@ -520,16 +516,75 @@ def optimize(
                 log.info("mk.optimize: cached result of run %s", report.run_id)
                 return OptimizedFunction(fn, task, report, rows[0]["kernel_source"], spec=spec, cached=True)
             log.info("mk.optimize: the stored run %s found no kernel; optimising again", report.run_id)
-    report = optimize_task(task, target=target, lm=lm, mode=mode, iterations=iterations, db=db, out=out, tune=tune,
-                           max_trials=max_trials, on_event=on_event, budget=budget, search=search, explore=explore)
+    try:
+        report = optimize_task(task, target=target, lm=lm, mode=mode, iterations=iterations, db=db, out=out, tune=tune,
+                               max_trials=max_trials, on_event=on_event, budget=budget, search=search, explore=explore)
+    except KeyboardInterrupt:
+        _INTERRUPTED[task.fingerprint()] = (fn, task, spec)  # what mk.resume(run_id) continues in this process
+        raise
+    return _finished(fn, task, spec, report, key, db)
+
+
+def _finished(fn: Callable[..., Any], task: Task, spec: CallSpec, report: OptimizeReport, key: str | None,
+              db: str | Path | None) -> OptimizedFunction:
+    """The callable for a finished run, its result stored under the cache ``key``."""
+    from datetime import datetime, timezone
+
+    from mk.store import Store
+    from mk.targets import get_target
+
     source = Path(report.kernel_path).read_text() if report.kernel_path else None
     if key is not None:
+        device = get_target(report.target).device_kind() or "none"
         with Store.open(db) as store:
             store.execute("delete from optimize_cache where key = ?", [key])
             store.execute("insert into optimize_cache values (?, ?, ?, ?, ?, ?, ?, ?)",
-                          [key, task.name, target, device, report.run_id, source,
+                          [key, task.name, report.target, device, report.run_id, source,
                            json.dumps(report.to_dict(), default=str), datetime.now(timezone.utc).replace(tzinfo=None)])
     return OptimizedFunction(fn, task, report, source, spec=spec)
+
+
+#: task fingerprint -> (fn, task, spec) of an mk.optimize interrupted in this process (mk.resume(run_id) finds it)
+_INTERRUPTED: dict[str, tuple[Callable[..., Any], Task, CallSpec]] = {}
+_TASK_OPTIONS = ("static", "static_argnames", "atol", "rtol", "name", "scales", "inits", "description")
+
+
+def resume(run_id: str, fn: Callable[..., Any] | None = None, shapes: Any = None, *, lm: Any = None, budget: Any = None,
+           on_event: Callable[[str, dict[str, Any]], None] | None = None, db: str | Path | None = None,
+           out: str | Path | None = None, **task_options: Any) -> OptimizedFunction:
+    """Continue a run of :func:`optimize` that was interrupted (Ctrl-C) or killed, and return its callable.
+
+    ``mk resume RUN`` cannot load a Python function, so it is continued here. In the process where
+    ``mk.optimize`` was interrupted, ``mk.resume(run_id)`` is enough; elsewhere pass the function, the shapes
+    and the task arguments (``static``, ``static_argnames``, ``atol``, ``rtol``, ``name``, ``scales``,
+    ``inits``, ``description``) given to ``mk.optimize``: the task they make must freeze the same suite, else
+    TaskError. The run keeps its snapshots (or a search its nodes) and goes on with its own config (target,
+    author, iterations); ``lm`` replaces its author, ``budget`` (a :class:`mk.budget.Budget`) gives a new one.
+    The kernel and report go to the run's own ``out`` unless given."""
+    from mk.run.modes import resume as resume_run
+    from mk.run.output import prepare_output_dir, write_outputs
+    from mk.store import Store
+
+    unknown = sorted(set(task_options) - set(_TASK_OPTIONS))
+    if unknown:
+        raise ArgumentError(f"mk.resume() got unknown keyword argument(s) {', '.join(map(repr, unknown))}",
+                            hint=f"task arguments: {', '.join(_TASK_OPTIONS)}; see help(mk.resume)")
+    with Store.open(db) as store:
+        row = store.find_run(run_id)
+        if fn is None:
+            found = _INTERRUPTED.get(row.get("task_fingerprint") or "")
+            if found is None:
+                raise ConfigError(f"run {row['id']} was not started by an mk.optimize interrupted in this Python process",
+                                  hint="pass the function, its shapes and the task arguments given to mk.optimize: "
+                                       f"mk.resume({row['id'][:12]!r}, fn, shapes, ...)")
+            fn, task, spec = found
+        else:
+            task, spec = callable_task(fn, shapes, computation_key=True, **task_options)
+        out_dir = prepare_output_dir(out or (row.get("config") or {}).get("out"))
+        run, outcome = resume_run(store, row["id"], lm=lm, budget=budget, on_event=on_event, task=task)
+        report = write_outputs(run, outcome, out_dir)
+    _INTERRUPTED.pop(task.fingerprint(), None)
+    return _finished(fn, task, spec, report, cache_key(task, report.target, spec), db)
 
 
 _OPTIONS = [p for p in optimize.__code__.co_varnames[:optimize.__code__.co_argcount + optimize.__code__.co_kwonlyargcount]]

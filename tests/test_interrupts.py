@@ -135,3 +135,43 @@ def test_sigkill_in_hitl_then_resume_keeps_what_was_approved(tmp_path):
         assert store.get_run(run["id"])["status"] == "correct"
     assert after[:len(kept)] == kept and len(set(after)) == len(after)  # nothing lost, nothing tried twice
     assert "--scale ci" in next(Path(out).glob("softmax_tpu.py")).read_text()
+
+
+def _head(params, x):
+    return (x @ params["w"]).sum(axis=1, keepdims=True)
+
+
+def test_ctrl_c_in_mk_optimize_names_mk_resume_which_continues_it(tmp_path, capsys):
+    """Ctrl-C inside mk.optimize: the KeyboardInterrupt names mk.resume (`mk resume` cannot load a Python function and
+    says so, naming it too); mk.resume(run_id) continues it in this process, mk.resume(run_id, fn, shapes) in any."""
+    import mk
+    from mk import api
+    from mk.cli import main
+
+    shapes = [{"w": ((64, 48), "float32")}, ((32, 64), "float32")]
+    where = {"db": tmp_path / "py.duckdb", "out": tmp_path / "out"}
+
+    def stop_once_frozen(kind, data):
+        if kind == "suite":
+            raise KeyboardInterrupt
+
+    common = {"target": "cpu", "lm": "offline", "iterations": 1, "max_trials": 1, **where}
+    for n in range(2):  # resumed in this process, then as another process would (the function and shapes given)
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            mk.optimize(_head, shapes, on_event=stop_once_frozen, cache=False, **common)
+        message = str(stopped.value)
+        run_id = message.split("run ", 1)[1].split(" interrupted", 1)[0]
+        assert f"continue it with: mk.resume({run_id!r}, db=" in message and "mk resume" not in message
+        assert main(["resume", run_id, "--db", str(where["db"])]) == 2
+        assert f"mk.resume({run_id!r}" in capsys.readouterr().err
+        if n == 0:
+            fast = mk.resume(run_id, db=where["db"])
+        else:
+            api._INTERRUPTED.clear()
+            with pytest.raises(mk.MkError, match="not started by an mk.optimize interrupted in this Python process"):
+                mk.resume(run_id, db=where["db"])
+            fast = mk.resume(run_id, _head, shapes, db=where["db"])
+        assert fast.report.status == "correct" and fast.report.run_id == run_id, fast.report.stop_reason
+        with Store.open(where["db"]) as store:
+            assert store.get_run(run_id)["status"] == "correct"
+        assert mk.optimize(_head, shapes, **common).cached  # the resumed result is what the next call gets

@@ -43,3 +43,19 @@ def test_a_search_node_past_its_deadline_stops_between_phases():
                   task=task, deadline=time.time() - 1)
     result = run_node(job)
     assert result.stop_reason.startswith("budget spent") and "wall-time" in result.stop_reason, result.stop_reason
+
+
+def test_a_python_function_run_out_of_budget_names_mk_resume_with_a_budget(tmp_path):
+    """mk.optimize's run: the command that continues it is mk.resume with a Budget, never `mk resume ... --budget-time`
+    (which cannot load a Python function)."""
+    import mk
+
+    def double(x):
+        return x * 2.0
+
+    fast = mk.optimize(double, [((8, 128), "float32")], target="cpu", lm="offline", budget=Budget(max_wall_s=0.0),
+                       tune=False, db=tmp_path / "db.duckdb", out=tmp_path / "out")
+    reason = fast.report.stop_reason
+    assert reason.startswith("budget spent: wall-time budget"), reason
+    assert f"continue with a new budget: mk.resume({fast.report.run_id!r}" in reason
+    assert "budget=mk.budget.Budget(max_wall_s=...)" in reason and "--budget-time" not in reason

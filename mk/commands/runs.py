@@ -68,17 +68,16 @@ def told(row: dict[str, Any], progress: dict[str, Any] | None, *, store_readable
     status = shown_status(row.get("status"), progress, store_readable=store_readable)
     if status == row.get("status"):
         return row
-    from mk.run.service import db_flag
+    from mk.run.service import db_flag, resume_command
 
-    where = db_flag(db if db is not None else _default_db())
-    bench = (progress or {}).get("bench") or (((row.get("config") or {}).get("settings") or {}).get("bench")
-                                             if isinstance(row.get("config"), dict) else None)
+    db = db if db is not None else _default_db()
+    config = row.get("config") if isinstance(row.get("config"), dict) else {}
+    bench = (progress or {}).get("bench") or (config.get("settings") or {}).get("bench")
     if row.get("mode") == "bench" and bench:
-        resume = f"mk bench --resume {bench}{where}"
-    elif row.get("mode") == "hitl":
-        resume = f"mk hitl --resume {row['id']}{where}"
+        resume = f"mk bench --resume {bench}{db_flag(db)}"
     else:
-        resume = f"mk resume {row['id']}{where}"
+        locator = config.get("locator") or ({"kind": row["task_kind"]} if row.get("task_kind") else None)
+        resume = resume_command(row["id"], row.get("mode"), locator, db)
     return {**row, "status": status, "stored_status": row.get("status"), "reason": killed_reason(progress, resume)}
 
 
@@ -105,6 +104,7 @@ def list_runs(args: argparse.Namespace) -> int:
             rows = store.query(
                 """SELECT r.id, r.mode, r.status, r.reason, r.started_at, r.finished_at, t.name AS task,
                           json_extract_string(r.config, '$.settings.bench') AS bench,
+                          json_extract_string(r.config, '$.locator.kind') AS task_kind,
                           (SELECT count(*) FROM nodes n WHERE n.run_id = r.id) AS nodes,
                           (SELECT max(speedup) FROM nodes n WHERE n.run_id = r.id AND n.status = 'correct') AS best_speedup
                    FROM runs r LEFT JOIN tasks t ON t.fingerprint = r.task_fingerprint

@@ -161,10 +161,7 @@ class Run:
 
     def resume_command(self) -> str:
         """The command that continues this run, with the store it lives in when that is not the default one."""
-        db = db_flag(getattr(self.store, "path", None))
-        if self.config.mode == "hitl":
-            return f"mk hitl --resume {self.id}{db}"
-        return f"mk resume {self.id}{db}"
+        return resume_command(self.id, self.config.mode, self.config.locator, getattr(self.store, "path", None))
 
     def set_config(self, **changes: Any) -> None:
         """Change the stored config (a resume with a new budget, a new iteration limit)."""
@@ -209,8 +206,8 @@ def _reload_task(store: Any, row: dict[str, Any], config: RunConfig) -> Any:
         raise TaskError(f"run {row['id']} does not record where its task lives, so it cannot be resumed",
                         hint="start a new run on the task (mk optimize TASK)")
     if locator.get("kind") == "callable":
-        raise TaskError(f"run {row['id']}'s task was a Python function, so it cannot be resumed by another process",
-                        hint="resume it from Python (pass task=), or start a new run")
+        raise TaskError(f"run {row['id']}'s task was a Python function, so `mk resume` cannot load it",
+                        hint=f"continue it from Python: {resume_command(row['id'], row.get('mode'), locator, None)}")
     try:
         task = load_task(locator)
     except TaskError as exc:
@@ -223,6 +220,19 @@ def check_resumable(row: dict[str, Any]) -> None:
     """A ConfigError when run ``row`` cannot be continued at all (it finished with a result already)."""
     if row.get("status") == "declined":
         raise ConfigError(f"run {row['id']} was declined by its author: {row.get('reason') or ''}", hint="start a new run")
+
+
+def resume_command(run_id: str, mode: str | None, locator: Any, db: Any) -> str:
+    """What continues run ``run_id``: ``mk resume`` (``mk hitl --resume`` for a HITL session), or, for a task that is
+    a Python function (``mk.optimize``; no other process can load it), the Python call ``mk.resume``."""
+    if isinstance(locator, dict) and locator.get("kind") == "callable":
+        where = f", db={str(db)!r}" if db_flag(db) else ""
+        return (f"mk.resume({run_id!r}{where}) in this Python process (in another one: mk.resume({run_id!r}, fn, shapes"
+                f"{where}, ...) with the function and task arguments given to mk.optimize)")
+    flag = db_flag(db)
+    if mode == "hitl":
+        return f"mk hitl --resume {run_id}{flag}"
+    return f"mk resume {run_id}{flag}"
 
 
 def db_flag(where: Any) -> str:

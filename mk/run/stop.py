@@ -47,7 +47,11 @@ def budget_stop_reason(meter: Any, resume: str | None, *, then: str = "", fallba
         return None
     if then:
         reason += f"; {then}"
-    if resume:
+    if resume and resume.startswith("mk.resume("):  # a Python function's run: the Budget field, not the CLI flag
+        field = {"--budget-calls": "max_lm_calls", "--budget-cost": "max_cost_usd", "--budget-time": "max_wall_s"}
+        given = [f"{field[f]}=..." for f in field if f in flag]
+        reason += f"; continue with a new budget: {resume}, passing budget=mk.budget.Budget({', '.join(given)})"
+    elif resume:
         reason += f"; continue with a new budget: {resume} {flag}"
     return reason
 
