@@ -485,8 +485,8 @@ def optimize(
 
     Returns an :class:`OptimizedFunction` with ``fn``'s signature (``.report``, ``.source``, ``.envelope``,
     ``.save(path)``, ``.run_kernel(...)``, ``.reason(...)``). It works under ``jax.jit``, ``jax.vmap``
-    (batched calls run the reference) and ``jax.grad`` (the reference's VJP: no verified backward kernel
-    exists today).
+    (batched calls run the reference) and ``jax.grad`` (the written file's judged backward kernel,
+    ``kernel_bwd``, where it has one, else the reference's VJP).
 
     Raises :class:`ArgumentError` (a ConfigError and a TypeError) for an unknown keyword argument, even
     when the result is cached, and TaskError when ``fn`` does not trace at ``shapes``.

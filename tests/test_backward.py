@@ -99,6 +99,16 @@ def test_grad_through_run_kernel_needs_no_interpret_context(where):
             assert np.abs(np.asarray(g) - np.asarray(r)).max() <= 1e-4 * np.abs(np.asarray(r)).max()
 
 
+def test_the_docs_say_a_judged_backward_kernel_is_used():
+    """README and help(mk.optimize) said there is no verified backward kernel while the written files carry a judged
+    kernel_bwd that the callable's custom_vjp uses (the test above)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for text in (readme, mk.optimize.__doc__):
+        assert "no verified backward kernel" not in text and "kernel_bwd" in text
+
+
 # --- the judge refuses a wrong backward ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def rms_task():
