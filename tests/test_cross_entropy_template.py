@@ -190,6 +190,16 @@ def test_gpu_custom_forms_match_and_lower(ref, vh, vocab):
     _check_gpu(task, prop.source, ({}, {"block_t": 32, "block_v": 64, "block_h": 32}))
 
 
+def test_the_family_line_mk_optimize_v_logs_names_the_gpu_kernel():
+    """`mk optimize -v` logs each family's line (mk.author.covers): cross-entropy's said "TPU only" while the GPU
+    kernel above is written and judged."""
+    from mk.author import covers
+
+    lines = dict(line.split(": ", 1) for line in covers().splitlines())
+    assert "TPU only" not in lines["cross_entropy"] and "GPU" in lines["cross_entropy"]
+    assert "when head_dim is a power of two" not in lines["attention"]  # Triton pads such sizes (test_attention_template)
+
+
 def test_evaluate_is_correct():
     task = _ci13p()
     prop = cross_entropy.propose(task, trace_scales(task), "tpu")

@@ -36,13 +36,15 @@ TEMPLATES = (
      "mk/kernels/ragged_paged_attention", ragged_paged),
     ("moe", "top-k mixture of gated-MLP experts written densely, computed sparsely: choices sorted by expert, the expert MLP fused in one grouped kernel from mk/kernels/gmm", moe),
     ("attention", "flash attention with online softmax over key blocks (causal or not, MHA and GQA; TPU, and GPU "
-     "Triton when head_dim is a power of two)", attention),
+     "Triton with sizes no power of two zero-padded), with a backward kernel; kernels from mk/kernels/flash_attention",
+     attention),
     ("flex_attention", "attention with an additive score bias from an input (FlexAttention score_mod), causal or not, "
      "the bias streamed block by block; kernels from mk/kernels/flash_attention", flex),
     ("mla", "attention on computed q/k/v (multi-head latent attention, fused QKV projections): the core as flash "
      "attention, every x @ w projection a Pallas matmul (mk/kernels/gmm, one group), RoPE and reshapes in plain JAX", mla),
     ("cross_entropy", "fused LM-head cross-entropy: the vocabulary matmul with an online log-sum-exp over vocabulary "
-     "blocks and the label pick, logits never written to memory (TPU only)", cross_entropy),
+     "blocks and the label pick, logits never written to memory (TPU, and GPU Triton), with a backward kernel; kernels "
+     "from mk/kernels/cross_entropy", cross_entropy),
     ("conv", "convolution (1-3 spatial axes, stride 1) as an implicit GEMM with the work after it fused per sample "
      "(bias, activations, instance/group/layer norms, pooling, channel reductions); kernels from mk/kernels/conv", conv),
     ("triangle", "a computation around one batched matmul (AlphaFold's triangle update): the products no other product feeds as Pallas matmuls from mk/kernels/gmm, the rest in plain JAX", triangle),
