@@ -117,6 +117,38 @@ def test_autotune_judges_a_repeated_config_once_and_prints_no_traceback(files, c
     assert "Traceback" not in err and "failed with parameters" not in err
 
 
+def test_a_config_the_chips_compiler_refuses_is_a_pruned_trial_with_the_reason(files, monkeypatch):
+    import optuna
+
+    from mk.harness.results import CompileResult
+    from mk.tuning.autotune import autotune
+
+    task, suite = _fake_task_and_suite(files)
+    cand = Candidate.from_source(GOOD.replace("def kernel(x, w):", "CONFIG_SPACE = {'a': [1, 2]}\n\ndef kernel(x, w, a=1):"))
+    refusal = "the TPU v6e compiler refuses the kernel at scale ci: RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem"
+
+    def fake_evaluate(task, candidate, *, target, suite, config, **_):
+        if config.get("a") == 2:
+            return EvalResult(status="compile_error", reason=refusal, task=task.name, target=target,
+                              compiled=[CompileResult(chip="v6e", scale="ci", ok=False, error="Ran out of memory")])
+        return EvalResult(status="correct", reason="ok", task=task.name, target=target,
+                          timing=TimingResult(measured=False, reason="no device"))
+
+    pruned = []
+    real = optuna.Study.optimize
+
+    def watched(study, *a, **k):
+        real(study, *a, **k)
+        pruned.extend(t.params for t in study.trials if t.state == optuna.trial.TrialState.PRUNED)
+
+    monkeypatch.setattr(optuna.Study, "optimize", watched)
+    result = autotune(task, cand, target="tpu", suite=suite, evaluate=fake_evaluate, max_trials=2)
+    assert pruned == [{"a": 2}]
+    assert result.config == {"a": 1} and result.result.status == "correct"
+    refused = [o for o in result.trials if o.params == {"a": 2}]
+    assert refused and refused[0].status == "compile_error" and "vmem" in refused[0].reason
+
+
 def test_hitl_unknown_answer_lists_the_choices(files, monkeypatch, capsys):
     import io
 

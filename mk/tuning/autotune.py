@@ -112,6 +112,8 @@ def autotune(
             on_trial(outcome)
         trial.set_user_attr("status", res.status)
         trial.set_user_attr("reason", res.reason)
+        if res.status == "compile_error" and res.compiled and not all(c.ok for c in res.compiled):
+            raise optuna.TrialPruned(res.reason)  # the chip's compiler refused the config: pruned, with its reason
         if res.status != "correct":
             raise _TrialFailed(res.reason)
         return seconds if seconds is not None else 0.0
