@@ -85,6 +85,11 @@ class Snapshot:
         return self.result.compile_check if self.result is not None else ""
 
     @property
+    def covered(self) -> dict[str, Any]:
+        """Declared sizes the verdict claims without running them (``EvalResult.covered``)."""
+        return dict(self.result.covered) if self.result is not None else {}
+
+    @property
     def compiled(self) -> list[Any]:
         """The chip compiler's figures per scale (``EvalResult.compiled``)."""
         return list(self.result.compiled) if self.result is not None else []

@@ -256,7 +256,7 @@ class Session:
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(with_provenance(best, self.task, self.traj.suite_hash, get_target(self.target),
-                                         Envelope.of(self.task, self.traj.suite)))
+                                         Envelope.of(self.task, self.traj.suite, compiled=best.covered)))
         except OSError as exc:
             raise ConfigError(f"cannot write the kernel to {p}: {exc}",
                               hint=f"save to a writable path; the session is kept in the store (run {self.run_id})") from None

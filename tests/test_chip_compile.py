@@ -64,6 +64,46 @@ def test_tpu_kernel_compiled_for_v6e_at_every_scale_with_its_vmem():
 
 
 @needs_libtpu
+def test_a_compiled_declared_size_running_the_judged_code_is_in_the_envelope():
+    # full (8192 rows) is not run: it compiled for v6e, and its program runs the judged sizes' code (the same
+    # operations; the grid loop repeated at ci too), so the envelope accepts exactly it, and says why
+    from mk.harness.envelope import Envelope
+
+    r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False, also_chips=["v5e"])
+    assert r.status == "correct", r.reason
+    assert list(r.covered) == ["full"] and r.covered["full"]["chips"] == ["v6e", "v5e"]
+    env = Envelope.from_dict(r.envelope)
+    assert env.check([(8192, 1024)]) is None
+    assert env.check([(8192 + 64, 1024)]) is not None  # beyond the verified rule and not the compiled point
+    assert any("also exactly at full" in line and "v6e, v5e" in line for line in env.lines())
+    # the written guard and the judge's reading of the declaration agree
+    from mk.harness.envelope import declared_outside, declared_rule
+
+    rule = declared_rule("import jax\n" + env.guard_source())
+    assert declared_outside(rule, [jax.ShapeDtypeStruct((8192, 1024), jnp.float32)], {}) is None
+    assert "x[0] is 8256" in declared_outside(rule, [jax.ShapeDtypeStruct((8256, 1024), jnp.float32)], {})
+    assert "float32" in declared_outside(rule, [jax.ShapeDtypeStruct((8192, 1024), jnp.bfloat16)], {})
+
+
+@needs_libtpu
+def test_a_declared_size_running_other_code_is_compiled_but_not_claimed():
+    # at 8192 rows the kernel takes another plan at trace time (a doubled body): compiled, but no case ran that code
+    source = TPU_ELEMENTWISE.replace("    o_ref[...] = x_ref[...] * 2.0 + 1.0",
+                                     "    o_ref[...] = x_ref[...] * 2.0 + 1.0\n"
+                                     "    if x_ref.shape[0] > 64:\n"
+                                     "        o_ref[...] = o_ref[...] + 0.0 * x_ref[...]")
+    source = source.replace("br = min(block_rows, rows)", "br = min(block_rows if rows < 4096 else 128, rows)")
+    assert source.count("128") == 1 and source.count("if x_ref") == 1
+    r = evaluate(SCALE_TASK, source, target="tpu", scale="ci", measure=False)
+    assert r.status == "correct", r.reason
+    assert r.covered == {} and next(c for c in r.compiled if c.scale == "full").ok
+    assert any("scale full compiled for v6e but is not claimed: its program runs other operations" in f for f in r.flags), r.flags
+    from mk.harness.envelope import Envelope
+
+    assert Envelope.from_dict(r.envelope).check([(8192, 1024)]) is not None
+
+
+@needs_libtpu
 def test_scoped_vmem_over_v5e_limit_is_compile_error_on_v5e_only():
     # 1536 rows x 1024 f32 = 6 MiB a block, 24 MiB double-buffered in and out: over v5e's 16 MiB, under v6e's 32 MiB
     config = {"block_rows": 1536}
@@ -238,3 +278,17 @@ def test_header_lines_one_per_chip():
     assert lines[0] == ("v5e (scoped VMEM limit 16.00 MiB): ci 1.00 MiB; full does not compile (RESOURCE_EXHAUSTED: scoped "
                         "28.00M); 1 fresh sizes: 2.00 MiB")
     assert lines[1] == "h100 (shared memory limit 227.0 KiB a block): ci 16.0 KiB, 96 registers, 8 B spilled"
+
+
+def test_code_paths_cover_a_size_only_when_its_loops_repeated_in_a_judged_size():
+    from mk.harness.program import CodePaths, paths_covered
+
+    at = CodePaths("a", (256, 1))
+    assert paths_covered(at, [CodePaths("a", (2, 1))]) is None
+    assert "loop 1 runs 256 times there and once" in paths_covered(at, [CodePaths("a", (1, 1))])
+    assert paths_covered(at, [CodePaths("a", (1, 1)), CodePaths("a", (3, 1))]) is None
+    assert "other operations" in paths_covered(at, [CodePaths("b", (2, 1))])
+    unknown = CodePaths("a", (None, 1))
+    assert "unknown number" in paths_covered(unknown, [CodePaths("a", (1, 1))])
+    assert paths_covered(unknown, [CodePaths("a", (4, 1))]) is None
+    assert paths_covered(unknown, [CodePaths("a", (None, 1))]) is None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -99,11 +99,15 @@ class Envelope:
     #: or beyond them was ever judged, and relations between dims, such as pages = sequences x pages per sequence,
     #: hold only there)
     exact: bool = False
+    #: declared sizes the cases did not run, claimed because the chip's compiler compiled them and their program runs
+    #: the code the judged sizes ran (:func:`mk.harness.program.paths_covered`): accepted at exactly these points
+    compiled: Mapping[str, Any] = field(default_factory=dict)
 
     # --- building ------------------------------------------------------------------------
     @classmethod
-    def of(cls, task: Any, suite: Any) -> "Envelope":
-        """The envelope of ``suite`` on ``task`` (the task without or with the suite's held-out scales)."""
+    def of(cls, task: Any, suite: Any, compiled: Mapping[str, Any] | None = None) -> "Envelope":
+        """The envelope of ``suite`` on ``task`` (the task without or with the suite's held-out scales); ``compiled``:
+        the covered declared sizes of a verdict (``EvalResult.covered``: name -> point), accepted exactly."""
         from mk.harness.heldout import fresh_tops
         from mk.task import dtype_name, np_dtype
 
@@ -148,18 +152,36 @@ class Envelope:
                 static.append(Static(s.name, "range", tuple(float(v) for v in values)))
             else:
                 static.append(Static(s.name, "one_of", tuple(values)))
-        points = {s: {"inputs": [[list(shape), a.dtype] for shape, a in zip(shapes[s], task.args)],
-                      "static": {st.name: repr(v) for st, v in zip(task.static, statics[s])},
-                      "values": [_encode(v) for v in statics[s]]} for s in scales}
+        points = {s: cls.point(task, s) for s in scales}
         tol = task.tolerance
         return cls(tuple(a.name for a in task.args), tuple(dtype_name(np_dtype(a.dtype)) for a in task.args), tuple(axes),
                    tuple(tuple(g) for g in groups.values() if len(g) > 1), tuple(static), points, tuple(held),
-                   {"atol": tol.atol, "rtol": tol.rtol}, len(suite.cases), suite.hash, task.static_as_kwargs, exact)
+                   {"atol": tol.atol, "rtol": tol.rtol}, len(suite.cases), suite.hash, task.static_as_kwargs, exact,
+                   dict(compiled or {}))
+
+    @staticmethod
+    def point(task: Any, scale: str, chips: Sequence[str] = ()) -> dict[str, Any]:
+        """One size of ``task`` as an envelope point (shapes, dtypes, statics; ``chips``: where it compiled)."""
+        statics = task.static_values(scale)
+        point = {"inputs": [[list(shape), a.dtype] for shape, a in zip(task.shapes(scale), task.args)],
+                 "static": {st.name: repr(v) for st, v in zip(task.static, statics)},
+                 "values": [_encode(v) for v in statics]}
+        return {**point, "chips": list(chips)} if chips else point
 
     # --- checking ------------------------------------------------------------------------
     def check(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any] | None = None,
               static: Mapping[str, Any] | Sequence[Any] | None = None) -> str | None:
         """Why these inputs (and statics, by name or in order) are outside the envelope; None when inside."""
+        why = self._check(shapes, dtypes, static)
+        if why is None or why.startswith("input ") or not self.compiled:  # a count, a dtype or a rank: never a point
+            return why
+        given = {}
+        if static is not None:
+            given = dict(static) if isinstance(static, Mapping) else dict(zip((s.name for s in self.static), static))
+        return None if self._at_a_point(shapes, given, self.compiled) else why
+
+    def _check(self, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any] | None,
+               static: Mapping[str, Any] | Sequence[Any] | None) -> str | None:
         if len(shapes) != len(self.names):
             return f"{len(shapes)} inputs given, the kernel was verified with {len(self.names)} ({', '.join(self.names)})"
         for i, (name, shape) in enumerate(zip(self.names, shapes)):
@@ -169,12 +191,12 @@ class Envelope:
                 return f"input {name!r} has rank {len(shape)}, verified with rank {len(self.axes[i])}"
             for j, (v, ax) in enumerate(zip(shape, self.axes[i])):
                 if not ax.allows(int(v)):
-                    return f"input {name!r} axis {j} is {int(v)}; verified: {ax.words()}"
+                    return f"{name}[{j}] is {int(v)}; verified: {ax.words()}"
         for group in self.equal:
             sizes = {int(shapes[i][j]) for i, j in group}
             if len(sizes) > 1:
-                where = ", ".join(f"{self.names[i]}[{j}]" for i, j in group)
-                return f"axes {where} were equal at every verified size and differ here ({sorted(sizes)})"
+                where = " = ".join(f"{self.names[i]}[{j}]" for i, j in group)
+                return f"axes {where} were equal at every verified size, not here ({' and '.join(map(str, sorted(sizes)))})"
         given = {}
         if static is not None:
             given = dict(static) if isinstance(static, Mapping) else dict(zip((s.name for s in self.static), static))
@@ -186,9 +208,10 @@ class Envelope:
                     "declared, so only those points were judged): " + "; ".join(self.points))
         return None
 
-    def _at_a_point(self, shapes: Sequence[Sequence[int]], given: Mapping[str, Any]) -> bool:
+    def _at_a_point(self, shapes: Sequence[Sequence[int]], given: Mapping[str, Any],
+                    points: Mapping[str, Any] | None = None) -> bool:
         want = [[int(d) for d in s] for s in shapes]
-        for point in self.points.values():
+        for point in (self.points if points is None else points).values():
             if [list(map(int, shape)) for shape, _ in point["inputs"]] != want:
                 continue
             values = [decode_static(v) for v in point.get("values", [])]
@@ -209,6 +232,10 @@ class Envelope:
             out.append("  equal: " + " = ".join(f"{self.names[i]}[{j}]" for i, j in group))
         for s in self.static:
             out.append(f"  static {s.name}: {s.words(self.names)}")
+        for name, point in self.compiled.items():
+            shapes = ", ".join(f"{n}{list(shape)}" for n, (shape, _) in zip(self.names, point["inputs"]))
+            out.append(f"  also exactly at {name} ({shapes}): not run, but compiled for {', '.join(point.get('chips') or ['the chip'])} "
+                       "and its program runs the code the verified sizes ran (every loop that repeats there repeated in a case)")
         out.append(f"  tolerance: atol {self.tolerance.get('atol')}, rtol {self.tolerance.get('rtol')}")
         return out
 
@@ -219,11 +246,11 @@ class Envelope:
                 "equal": [[list(p) for p in g] for g in self.equal],
                 "static": [[s.name, s.kind, [_encode(v) for v in s.values], list(s.axis)] for s in self.static],
                 "static_as_kwargs": self.static_as_kwargs, "exact": self.exact,
-                "points": [[[list(map(int, shape)) for shape, _ in p["inputs"]], p.get("values", [])] for p in self.points.values()]}
+                "points": _point_rules(self.points), "compiled": _point_rules(self.compiled)}
 
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.rule(), "points": dict(self.points), "heldout": list(self.heldout),
+        return {**self.rule(), "points": dict(self.points), "compiled": dict(self.compiled), "heldout": list(self.heldout),
                 "tolerance": {k: _plain(v) for k, v in self.tolerance.items()}, "cases": self.cases,
                 "suite_hash": self.suite_hash}
 
@@ -235,7 +262,7 @@ class Envelope:
                    tuple(Static(n, k, tuple(decode_static(x) for x in v), tuple(ax) if isinstance(ax, list) else (0, 0))
                          for n, k, v, ax in d["static"]),
                    dict(d["points"]), tuple(d["heldout"]), dict(d["tolerance"]), int(d["cases"]), str(d["suite_hash"]),
-                   bool(d.get("static_as_kwargs", False)), bool(d.get("exact", False)))
+                   bool(d.get("static_as_kwargs", False)), bool(d.get("exact", False)), dict(d.get("compiled") or {}))
 
     def guard_source(self, entry: str = "kernel", tuned: Mapping[str, Any] | None = None) -> str:
         """Python for the end of a written kernel file: ``entry`` refuses, at trace time, inputs outside the envelope,
@@ -243,6 +270,10 @@ class Envelope:
         rule = _guard_literal(self.rule())
         return (_GUARD_HEAD.format(rule=repr(rule), tuned=repr(dict(tuned or {})), entry=entry) + _GUARD_CHECK
                 + _GUARD_ENTRY.format(entry=entry, outside=OUTSIDE))
+
+
+def _point_rules(points: Mapping[str, Any]) -> list[list[Any]]:
+    return [[[list(map(int, shape)) for shape, _ in p["inputs"]], p.get("values", [])] for p in points.values()]
 
 
 def _axis_tie(values: Sequence[Any], shapes: Sequence[Sequence[Sequence[int]]]) -> tuple[int, int] | None:
@@ -361,26 +392,59 @@ def _mk_outside(args, kwargs):
     if len(args) < n:
         return "%d inputs given, the kernel was verified with %d" % (len(args), n)
     shapes = [tuple(int(d) for d in getattr(a, "shape", ())) for a in args[:n]]
-    for i in range(n):
+    names = [s[0] for s in env["static"]]
+    given = dict(zip(names, args[n:]))
+    given.update(dict((k, kwargs[k]) for k in names if k in kwargs))
+    why = _mk_kinds(env, args, shapes)
+    if why is not None:
+        return why
+    why = _mk_sizes(env, shapes, given)
+    if why is not None and not _mk_at(env.get("compiled", []), shapes, names, given):
+        return why
+    tuned = MK_TUNED
+    for k in kwargs:  # a tunable (block size) other than the verified one was never judged
+        if k not in names and not (k in tuned and _mk_same(kwargs[k], tuned[k])):
+            return "keyword %s=%r was not verified (the verified config: %r)" % (k, kwargs[k], tuned)
+    return None
+
+
+def _mk_at(points, shapes, names, given):
+    for point_shapes, point_values in points:
+        if [list(s) for s in shapes] == point_shapes and all(
+                name not in given or _mk_same(given[name], w) for name, w in zip(names, point_values)):
+            return True
+    return False
+
+
+def _mk_axis(i, j):
+    return "%s[%d]" % (MK_ENVELOPE["names"][i], j)
+
+
+def _mk_kinds(env, args, shapes):
+    for i in range(len(env["names"])):
         name, shape, dtype = env["names"][i], shapes[i], str(getattr(args[i], "dtype", ""))
         if dtype != env["dtypes"][i]:
             return "input %r is %s, verified as %s" % (name, dtype, env["dtypes"][i])
         if len(shape) != len(env["axes"][i]):
             return "input %r has rank %d, verified with rank %d" % (name, len(shape), len(env["axes"][i]))
+    return None
+
+
+def _mk_sizes(env, shapes, given):
+    for i in range(len(env["names"])):
+        shape = shapes[i]
         for j in range(len(shape)):
             kind, values, unit, top = env["axes"][i][j]
             v = shape[j]
             ok = (min(values) <= v <= top and v % unit == 0) if kind == "multiple" else v in values
             if not ok:
                 rule = "a multiple of %d from %d to %d" % (unit, min(values), top) if kind == "multiple" else "one of %s" % (values,)
-                return "input %r axis %d is %d; verified: %s" % (name, j, v, rule)
+                return "%s is %d; verified: %s" % (_mk_axis(i, j), v, rule)
     for group in env["equal"]:
         sizes = [shapes[i][j] for i, j in group]
         if min(sizes) != max(sizes):
-            return "axes %s must be equal, got %s" % (group, sizes)
+            return "%s must be equal, got %s" % (" = ".join(_mk_axis(i, j) for i, j in group), " and ".join(map(str, sizes)))
     names = [s[0] for s in env["static"]]
-    given = dict(zip(names, args[n:]))
-    given.update(dict((k, kwargs[k]) for k in names if k in kwargs))
     for name, kind, values, axis in env["static"]:
         if name not in given:
             continue
@@ -390,21 +454,13 @@ def _mk_outside(args, kwargs):
             rule = "a number from %r to %r" % (min(values), max(values))
         elif kind == "axis":
             ok = _mk_number(v) and float(v) == int(v) and int(v) == shapes[axis[0]][axis[1]]
-            rule = "equal to %s.shape[%d]" % (env["names"][axis[0]], axis[1])
+            rule = "equal to %s" % _mk_axis(axis[0], axis[1])
         else:
             ok = any(_mk_same(v, w) for w in values)
             rule = "one of %r" % (values,)
         if not ok:
             return "static %s=%r; verified: %s" % (name, v, rule)
-    tuned = MK_TUNED
-    for k in kwargs:  # a tunable (block size) other than the verified one was never judged
-        if k not in names and not (k in tuned and _mk_same(kwargs[k], tuned[k])):
-            return "keyword %s=%r was not verified (the verified config: %r)" % (k, kwargs[k], tuned)
-    if env["exact"]:
-        for point_shapes, point_values in env["points"]:
-            if [list(s) for s in shapes] == point_shapes and all(
-                    name not in given or _mk_same(given[name], w) for name, w in zip(names, point_values)):
-                return None
+    if env["exact"] and not _mk_at(env["points"], shapes, names, given):
         return "these sizes and static values are not one of the verified points"
     return None
 '''

@@ -33,7 +33,7 @@ from mk.candidate import Candidate, load_candidate
 from mk.errors import CandidateError, ConfigError, MkError, TaskError
 from mk.harness.arrays import encode_static, load_arrays, save_arrays
 from mk.harness.compare import Comparison, compare_fair, compare_fair_f64, compare_outputs, low_precision
-from mk.harness.envelope import OUTSIDE
+from mk.harness.envelope import OUTSIDE, Envelope
 from mk.harness.heldout import FRESH, fresh_sizes
 from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limit_mb
 from mk.harness.results import CaseResult, CostResult, EvalResult, StepResult, TimingResult
@@ -107,6 +107,8 @@ class _Run:
     scales: tuple[str, ...] = ()
     #: the task's declared scales the cases do not run: traced and compiled for the chip only
     compile_scales: tuple[str, ...] = ()
+    #: the compile-only scales the verdict claims (compiled, and the code a judged size ran: :func:`_covered`)
+    covered: list[str] = field(default_factory=list)
     #: the chip the device program is compiled for (None: a target that compiles for no chip)
     chip: Any = None
     also_chips: tuple[Any, ...] = ()
@@ -180,6 +182,7 @@ def evaluate(
         raise
     base = dict(task=task.name, target=tgt.name, scales=list(suite.scales), suite_hash=suite.hash, candidate_digest=cand.digest,
                 envelope=_envelope(task, suite))
+    judged_task = task  # the task the envelope describes (before this evaluation's fresh sizes)
     if not static.ok:
         status = "compile_error" if "SyntaxError" in static.detail.split(";")[0] else "rejected"
         return EvalResult(status=status, reason=static.detail, steps=_steps(static), seconds=time.perf_counter() - started, **base)
@@ -230,6 +233,13 @@ def evaluate(
         status, reason = "harness_error", f"mk's judge failed ({type(exc).__name__}: {exc}); please report it"
     finally:
         _finish(run)
+    covered = {}
+    if status == "correct" and run.covered:  # the envelope claims them too
+        def chips(scale: str) -> list[str]:  # the verdict's chip, then the chips compiled beside it that took the size
+            return list(dict.fromkeys([run.chip.name] + [c.chip for c in run.compiled if c.scale == scale and c.ok]))
+
+        covered = {s: Envelope.point(run.task, s, chips(s)) for s in run.covered}
+        base["envelope"] = Envelope.of(judged_task, suite, compiled=covered).to_dict()
     if timing_res is None:
         why = "not measured: the candidate is not correct" if status != "correct" else _no_timing(run)
         timing_res = not_measured(why, timed)
@@ -241,7 +251,7 @@ def evaluate(
     return EvalResult(status=status, reason=_one_line(reason), error=error, steps=steps, cases=run.cases, timing=timing_res, cost=cost_res,
                       flags=run.flags, isolation=run.isolation, verified_by=run.verified_by if status == "correct" else "",
                       failed_case=run.failed_case if status != "correct" else "",
-                      compile_check=run.compile_check, compiled=run.compiled,
+                      compile_check=run.compile_check, compiled=run.compiled, covered=covered,
                       seconds=time.perf_counter() - started, **base)
 
 
@@ -507,6 +517,7 @@ def _compile_for_chip(run: _Run) -> None:
     run.compiled = results
     run.flags.extend(flags)
     done = [r.scale for r in results if r.ok]
+    run.covered = _covered(run, [s for s in run.compile_scales if s in done])
     run.compile_check = f"compiled for {run.chip.name} at {_scale_words(done)}" + (
         f" ({results[0].compiler})" if results and results[0].compiler else "")
     for other in run.also_chips:  # information beside the verdict: figures, and refusals as flags
@@ -517,6 +528,23 @@ def _compile_for_chip(run: _Run) -> None:
         run.flags.extend(notes)
         ok = [r.scale for r in more if r.ok]
         run.compile_check += f"; also for {other.name} at {_scale_words(ok)}"
+
+
+def _covered(run: _Run, compiled: list[str]) -> list[str]:
+    """The compile-only scales (compiled for the chip) whose program runs the code a judged size ran: the envelope
+    claims them. Each other one is flagged with the reason."""
+    from mk.harness import program
+
+    judged = [program.code_paths(run.exported[s]["cpu"]) for s in run.scales if "cpu" in run.exported.get(s, {})]
+    covered = []
+    for scale in compiled:
+        cpu = run.exported.get(scale, {}).get("cpu")
+        why = "its CPU form could not be exported to compare" if cpu is None else program.paths_covered(program.code_paths(cpu), judged)
+        if why:
+            run.flags.append(f"scale {scale} compiled for {run.chip.name} but is not claimed: {why}")
+        else:
+            covered.append(scale)
+    return covered
 
 
 def _scale_words(scales: list[str]) -> str:
@@ -791,8 +819,6 @@ def _spec(run: _Run) -> dict[str, Any]:
 
 def _envelope(task: Task, suite: FrozenSuite) -> dict[str, Any]:
     """What a verdict verified (:class:`mk.harness.envelope.Envelope`): shapes, dtypes, statics, tolerance, cases."""
-    from mk.harness.envelope import Envelope
-
     return Envelope.of(task, suite).to_dict()
 
 

@@ -77,10 +77,13 @@ def other_float(v: float) -> float:
 def derive(task: Task) -> Scale | None:
     """One held-out scale grown from the smallest scale, or None when nothing may vary."""
     plan = _Plan(task)
-    moves = plan.dim_moves()
+    moves = plan.dim_moves(untie=True)
     statics = plan.static_moves(moves)
     if not moves and not statics:
         return None
+    tied = plan.dim_moves()
+    if moves != tied and not plan.traces(moves, statics):  # the reference needs the coinciding dims equal
+        moves, statics = tied, plan.static_moves(tied)
     kept = plan.accepted(moves, statics)
     return plan.scale(_free_name(task), *kept) if kept is not None else None
 
@@ -335,13 +338,18 @@ class _Plan:
                 out[d] = (self.value(self.base.name, d), int(step), values)
         return out
 
-    def dim_moves(self, k: Mapping[str, int] | None = None, avoid: Mapping[str, int] | None = None) -> dict[str, int]:
+    def dim_moves(self, k: Mapping[str, int] | None = None, avoid: Mapping[str, int] | None = None,
+                  untie: bool = False) -> dict[str, int]:
         """Each dim grown by ``k[dim]`` units (default 1), and further while the size is one the author was shown
-        (or ``avoid[dim]``)."""
-        moves = {}
-        for d, (base, step, values) in self.steps().items():
+        (or ``avoid[dim]``); with ``untie``, also while it equals the new size of another named dim it equals at the
+        smallest scale (K = N = 256 at ``ci`` is a coincidence of the author's sizes: the held-out size parts them,
+        so neither the kernel nor the envelope may tie them)."""
+        moves: dict[str, int] = {}
+        steps = self.steps()
+        for d, (base, step, values) in steps.items():
             new = base + step * (k or {}).get(d, 1)
-            while new in values or new == (avoid or {}).get(d):
+            while new in values or new == (avoid or {}).get(d) or (
+                    untie and any(moves[e] == new and steps[e][0] == base for e in moves)):
                 new += step
             moves[d] = new
         return moves

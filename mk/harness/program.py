@@ -643,6 +643,56 @@ def work(exported: Any) -> Work:
         return out
 
 
+@dataclass(frozen=True)
+class CodePaths:
+    """The shape of a program with its sizes taken out: its operations in order (constants aside) and, for each
+    ``while`` loop in that order, its trip count (None where it cannot be read). Two sizes whose programs have the
+    same ``ops`` run the same code (the same trace-time branches, block plans and padding); ``trips`` says which
+    loops (the interpreter's grids, a kernel's own loops) ran more than once."""
+
+    ops: str  # sha256 of the operation names
+    trips: tuple[int | None, ...]
+
+
+def code_paths(exported: Any) -> CodePaths:
+    """:class:`CodePaths` of an exported program (the judge reads the CPU form, whose kernels are inlined as HLO)."""
+    import hashlib
+
+    from jax._src.lib.mlir import ir
+
+    ctx, module = _parse(exported.mlir_module())
+    names: list[str] = []
+    trips: list[int | None] = []
+    with ctx:
+        def visit(op: Any) -> None:
+            for region in op.regions:
+                for block in region.blocks:
+                    for child in block.operations:
+                        name = child.operation.name
+                        if name != "stablehlo.constant":
+                            names.append(name)
+                        if name == "stablehlo.while":
+                            trips.append(_trip_count(ir, child))
+                        visit(child.operation)
+
+        visit(module.operation)
+    return CodePaths(hashlib.sha256("\n".join(names).encode()).hexdigest(), tuple(trips))
+
+
+def paths_covered(at: CodePaths, judged: Sequence[CodePaths]) -> str | None:
+    """Why the code of ``at`` (a size the cases did not run) is not covered by the ``judged`` sizes' (None when it
+    is): some judged size must run the same operations, and every loop that runs more than once at ``at`` must have
+    run more than once at one of them (a loop of unknown trip count there, unknown at one of them too)."""
+    same = [j for j in judged if j.ops == at.ops and len(j.trips) == len(at.trips)]
+    if not same:
+        return "its program runs other operations than at any judged size (another block plan or trace-time branch)"
+    for k, n in enumerate(at.trips):
+        ran = [j.trips[k] for j in same]
+        if (n is None or n > 1) and not any(t is not None and t > 1 for t in ran) and not (n is None and None in ran):
+            return f"loop {k + 1} runs {n if n is not None else 'an unknown number of'} times there and once at every judged size"
+    return None
+
+
 def _ranked(ir: Any, t: Any) -> bool:
     try:
         ir.RankedTensorType(t)

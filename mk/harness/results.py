@@ -232,6 +232,9 @@ class EvalResult(BaseModel):
     compile_check: str = ""
     #: the chip's compiler on the device program, per scale (judged scales and declared scales compiled only)
     compiled: list[CompileResult] = Field(default_factory=list)
+    #: declared sizes the cases did not run that the verdict claims (envelope points, by scale name): compiled for the
+    #: chip, and their program runs the code a judged size ran (:func:`mk.harness.program.paths_covered`)
+    covered: dict = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -241,8 +241,8 @@ def _facts(closed: Any, target: Any) -> dict[str, Any]:
 
 def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: Any, compile_only: bool = False
               ) -> dict[str, Any]:
-    """Export the scale's programs: the target's (for the device and the chip's compiler) and, unless the scale is
-    ``compile_only`` (a declared scale the cases do not run), the CPU form the cases run."""
+    """Export the scale's programs: the target's (for the device and the chip's compiler) and the CPU form (the
+    cases run it; at a ``compile_only`` scale, a declared scale the cases do not run, the judge only reads it)."""
     import jax
     from jax import export
     from jax.extend import core as jcore
@@ -261,12 +261,9 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
 
     cpu_file = f"{scale}.cpu"
     cpu_error = None
-    try:
-        if compile_only and not target.host:
-            cpu_file = None
-        else:
-            cpu = export.export(as_fun(program.with_interpret(closed, True)), platforms=["cpu"])(*structs)
-            (workdir / cpu_file).write_bytes(cpu.serialize())
+    try:  # at a compile-only scale too: the judge compares its code with the judged sizes' (it never runs it)
+        cpu = export.export(as_fun(program.with_interpret(closed, True)), platforms=["cpu"])(*structs)
+        (workdir / cpu_file).write_bytes(cpu.serialize())
     except Exception as exc:  # noqa: BLE001 - e.g. a DMA kernel the HLO interpreter cannot run
         cpu_file, cpu_error = None, f"{type(exc).__name__}: {_first_line(exc)}"
     if target.host:

@@ -75,7 +75,8 @@ def outcome_of(traj: Any, author: Any, status: str | None = None, reason: str | 
     b = traj.best
     res = getattr(b, "result", None) if b else None
     best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale,
-                compile_check=getattr(res, "compile_check", "") or "", compiled=list(getattr(res, "compiled", []) or [])) \
+                compile_check=getattr(res, "compile_check", "") or "", compiled=list(getattr(res, "compiled", []) or []),
+                covered=dict(getattr(res, "covered", {}) or {})) \
         if b else None
     rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
              "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]

@@ -35,6 +35,8 @@ class Best:
     #: the chip's compiler on the kept candidate (``EvalResult.compile_check`` and ``compiled``), where judged here
     compile_check: str = ""
     compiled: list[Any] = field(default_factory=list)
+    #: declared sizes the verdict claims without running them (``EvalResult.covered``): envelope points
+    covered: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,7 +92,7 @@ def write_outputs(run: Any, outcome: Any, out: str | Path | None, *, author: str
     out_dir = Path(out).expanduser() if out else Path("mk-out")
     cfg, task, best = run.config, run.task, outcome.best
     target = get_target(cfg.target)
-    envelope = Envelope.of(task, run.suite) if run.suite is not None else None
+    envelope = Envelope.of(task, run.suite, compiled=best.covered if best else None) if run.suite is not None else None
     kernel_path = out_dir / f"{task.name}_{cfg.target}.py" if best is not None else None
     report = OptimizeReport(
         status=outcome.status, run_id=run.id, task=task.name, target=cfg.target,
