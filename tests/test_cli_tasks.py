@@ -32,6 +32,17 @@ def test_table_lists_kinds_shapes_and_tolerances(capsys):
     assert "not_a_task" not in out
 
 
+def test_table_names_tasks_as_json_does_with_the_id_that_loads_them(capsys):
+    """The table showed the file stem where --json (and reports) show the task's name."""
+    assert main(["tasks", str(FIX / "good"), "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert main(["tasks", str(FIX / "good")]) == 0
+    out = capsys.readouterr().out
+    assert any(e["name"] != e["id"] for e in entries)
+    for e in entries:
+        assert e["name"] in out and (e["id"] == e["name"] or f"id: {e['id']}" in out), e
+
+
 def test_json_is_a_list_of_task_descriptions(capsys):
     assert main(["tasks", str(FIX / "good"), "--json"]) == 0
     entries = json.loads(capsys.readouterr().out)

@@ -74,12 +74,14 @@ def _table(entries: list[dict[str, Any]], path: str) -> None:
             continue
         static = ", ".join(f"{k}={v}" for k, v in e["static"].items())
         tol = f"{_num(e['atol'])}\n{_num(e['rtol'])}"
+        # the task's name (what reports and --json call it), and the id that loads it where that differs
+        label = _escape(e["name"]) + (f"\n[dim]id: {_escape(e['id'])}[/]" if e["id"] != e["name"] else "")
         if not e["scales"]:
-            table.add_row(_escape(e["id"]), e["kind"], "", f"[dim]{_escape(e.get('note', ''))}[/]", tol, _escape(static))
+            table.add_row(label, e["kind"], "", f"[dim]{_escape(e.get('note', ''))}[/]", tol, _escape(static))
         for scale, shapes in e["scales"].items():
             inputs = "\n".join(f"{a['name']}: {_short(a['dtype'])}[{','.join(map(str, s))}]" + (" (native)" if a["init"] == "native" else "")
                                for a, s in zip(e["inputs"], shapes))
-            table.add_row(_escape(e["id"]), e["kind"], scale, _escape(inputs), tol, _escape(static))
+            table.add_row(label, e["kind"], scale, _escape(inputs), tol, _escape(static))
     failed = [e for e in entries if "error" in e]
     table.caption = f"{len(entries)} task(s)" + (f", {len(failed)} failed to load (below)" if failed else "")
     console = make_console()
