@@ -59,7 +59,8 @@ class ProfileReport(BaseModel):
             lines.append(f"candidate {self.candidate_s * 1e3:.3f} ms vs reference {self.reference_s * 1e3:.3f} ms "
                          f"(speedup {self.speedup:.2f}x)")
         else:
-            lines.append(f"time not measured: {self.reason}")
+            why = self.reason.removeprefix("not measured").lstrip(":; ")  # the judge's reasons start with those words
+            lines.append("time not measured" + (f": {why}" if why else ""))
         if self.flops is not None:
             lines.append(f"work: {self.flops:.3g} FLOP, {self.bytes:.3g} bytes; {self.bound or '?'}-bound")
         if self.floor_s is not None:

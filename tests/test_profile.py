@@ -66,3 +66,14 @@ def test_profile_traces_a_candidate_in_a_child_process_only_when_asked():
     assert "ms (" in traced.summary()
     broken = profile(task, result, "cpu", scale="ci", candidate=RMS.replace("jnp.mean", "jnp.no_such"), trace=True)
     assert broken.heaviest_ops == [] and any("device trace unavailable" in n for n in broken.notes)
+
+
+def test_an_unmeasured_profile_says_why_once():
+    """HITL printed "time not measured: not measured": the judge's timing reason already starts with those words."""
+    from mk.profile import ProfileReport
+
+    for reason, want in (("not measured: no tpu device here", "time not measured: no tpu device here"),
+                         ("not measured", "time not measured"), ("the candidate was not timed",
+                                                                 "time not measured: the candidate was not timed")):
+        lines = ProfileReport(task="t", target="tpu", hardware="v6e", measured=False, reason=reason).summary().splitlines()
+        assert lines[1] == want, lines
