@@ -78,6 +78,51 @@ def test_edit_through_editor_on_a_tty(tmp_path, monkeypatch, capsys):
         assert snap["plan"].endswith(" -- edited in the editor") and snap["status"] == "rejected"
 
 
+class Scripted(io.StringIO):
+    """stdin whose answers may be callables, run when the answer is read (a person editing a file, then Enter)."""
+
+    def __init__(self, answers):
+        super().__init__()
+        self.answers = list(answers)
+
+    def readline(self, *_):
+        if not self.answers:
+            return ""
+        answer = self.answers.pop(0)
+        return answer() if callable(answer) else answer
+
+
+def test_edit_a_file_without_an_editor_the_prompt_names_or_by_path(tmp_path, monkeypatch, capsys):
+    """Without $EDITOR the `e` key no longer makes the person retype the kernel: the prompt names a file holding the
+    current plan/code (edit it with anything, press Enter), or takes the path of a file holding the new text."""
+    monkeypatch.delenv("EDITOR", raising=False)
+    monkeypatch.delenv("VISUAL", raising=False)
+    mine = tmp_path / "mine.py"
+    mine.write_text(PURE_JAX)
+    seen = []
+
+    def edit_the_named_file():
+        out = capsys.readouterr().out
+        seen.append(out)
+        named = Path(re.search(r"the current plan is in (\S+): edit it", out).group(1))
+        assert "row-wise fusion" in named.read_text()  # it holds the current plan
+        named.write_text("use rowwise-tpu -- edited in my own editor")
+        return "\n"
+
+    answers = ["e\n", edit_the_named_file,  # the plan, edited in the file the prompt names
+               "a\n",  # implement it
+               "e\n", f"{mine}\n",  # the code, from a file given by its path
+               "q\n"]
+    monkeypatch.setattr(sys, "stdin", Scripted(answers))
+    assert main(_args(tmp_path)) == 0  # quit
+    out = "".join(seen) + capsys.readouterr().out
+    assert "plan replaced" in out and "implement: ok" in out and "edit: ok" in out
+    with Store.open(tmp_path / "h.duckdb") as store:
+        (run,) = store.list_runs()
+        nodes = store.nodes(run["id"])
+        assert nodes[-1]["code"] == PURE_JAX and nodes[-1]["plan"].startswith("use rowwise-tpu -- edited in my own editor")
+
+
 def test_an_edited_plan_naming_a_proposal_is_honoured(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("EDITOR", raising=False)
     monkeypatch.setattr(sys, "stdin", io.StringIO("e\nuse rowwise-tpu, please\n.\na\nq\n"))

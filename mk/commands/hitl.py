@@ -4,8 +4,10 @@ After each phase the artifact is shown (plan text, code, verdict table, tuning,
 profile summary) and the prompt asks: [a]pprove (run the next phase), [e]dit
 (the plan, or the code once there is code), [r]edo (run the last phase again) or
 [q]uit (the session stays in the store: `mk hitl --resume RUN_ID`). An edit
-opens $EDITOR on a temporary file; when stdin is not a terminal or $EDITOR is
-unset, the replacement is read from stdin up to a line holding a single ".".
+writes the current plan or code to a temporary file and opens $VISUAL or
+$EDITOR on it; when stdin is not a terminal or no editor is set, the prompt
+names that file: edit it with anything and press Enter, or type the path of
+another file, or paste the text up to a line holding a single ".".
 """
 
 from __future__ import annotations
@@ -154,25 +156,47 @@ def _edit(console: Any, session: Any) -> None:
 
 
 def _read_replacement(console: Any, current: str, suffix: str, what: str) -> str:
-    editor = os.environ.get("EDITOR")
-    if editor and _tty():
-        with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix=f"mk-{what}-", delete=False) as fh:
-            fh.write(current)
-        path = Path(fh.name)
-        try:
-            subprocess.run([*shlex.split(editor), str(path)], check=True)
-            return path.read_text()
-        except (OSError, subprocess.CalledProcessError) as exc:
-            raise ConfigError(f"the editor {editor!r} failed: {exc}", hint="fix $EDITOR, or unset it to paste the text instead") from exc
-        finally:
-            path.unlink(missing_ok=True)
-    console.print(f"type the new {what}; end with a line holding a single '.' (an empty text keeps the current one)")
-    lines = []
-    for line in iter(sys.stdin.readline, ""):
-        if line.rstrip("\r\n") == ".":
-            break
-        lines.append(line)
-    return "".join(lines)
+    """The new plan or code ("" keeps the current one): edited in $VISUAL/$EDITOR on a temporary file holding the
+    current one (on a terminal); else that file is kept for the person to edit with anything, and the answer is
+    Enter (use it), the path of another file, or the text itself pasted up to a line holding a single '.'."""
+    with tempfile.NamedTemporaryFile("w", suffix=suffix, prefix=f"mk-{what}-", delete=False) as fh:
+        fh.write(current)
+    path = Path(fh.name)
+    try:
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+        if editor and _tty():
+            try:
+                subprocess.run([*shlex.split(editor), str(path)], check=True)
+            except (OSError, subprocess.CalledProcessError) as exc:
+                raise ConfigError(f"the editor {editor!r} failed: {exc}",
+                                  hint="fix $EDITOR, or unset it to edit the file yourself or paste the text") from exc
+            return _changed(path.read_text(), current)
+        console.print(f"the current {what} is in {path}: edit it with any editor and press Enter, or type the path of "
+                      f"a file holding the new {what}, or paste it ending with a line holding a single '.' "
+                      "(a lone '.' keeps the current one)", markup=False, soft_wrap=True)
+        first = sys.stdin.readline()
+        if first.strip() == "":
+            return _changed(path.read_text(), current) if first else ""
+        given = Path(first.strip()).expanduser()
+        if "\n" not in first.strip() and given.is_file():
+            try:
+                return _changed(given.read_text(), current)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read {given}: {exc}", hint=f"give a readable text file with the {what}") from exc
+        lines = [] if first.rstrip("\r\n") == "." else [first]
+        if lines:
+            for line in iter(sys.stdin.readline, ""):
+                if line.rstrip("\r\n") == ".":
+                    break
+                lines.append(line)
+        return "".join(lines)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _changed(text: str, current: str) -> str:
+    """``text``, or "" (keep the current one) when it is the current one unchanged."""
+    return "" if text.strip() == current.strip() else text
 
 
 def _tty() -> bool:
