@@ -349,8 +349,13 @@ class Task:
 
     def only_scale(self, name: str) -> "Task":
         """The task judged at scale ``name`` alone; its other declared scales stay as :attr:`compile_only`."""
-        return dataclasses.replace(self, scales={name: self.scale(name)},
-                                   compile_only={**self.compile_only, **{n: s for n, s in self.scales.items() if n != name}})
+        return self.only_scales([name])
+
+    def only_scales(self, names: Sequence[str]) -> "Task":
+        """The task judged at ``names`` only; its other declared scales stay as :attr:`compile_only`."""
+        kept = {n: self.scale(n) for n in names}
+        return dataclasses.replace(self, scales=kept,
+                                   compile_only={**self.compile_only, **{n: s for n, s in self.scales.items() if n not in kept}})
 
 
 def np_dtype(name: str) -> np.dtype:

@@ -292,3 +292,35 @@ def test_code_paths_cover_a_size_only_when_its_loops_repeated_in_a_judged_size()
     assert "unknown number" in paths_covered(unknown, [CodePaths("a", (1, 1))])
     assert paths_covered(unknown, [CodePaths("a", (4, 1))]) is None
     assert paths_covered(unknown, [CodePaths("a", (None, 1))]) is None
+
+
+@needs_libtpu
+def test_a_scale_too_big_for_this_cpu_is_compiled_for_the_chip_only():
+    # 2M x 1024 f32 in and out: 16 GiB for the reference alone (XLA's memory analysis), three times that for the
+    # cases, over the judge's limit: the judge runs ci, compiles huge for v6e, and says why (it was an OOM kill)
+    task = SCALE_TASK.with_scales({"ci": Scale("ci", {"rows": 64}), "huge": Scale("huge", {"rows": 2 << 20})})
+    r = evaluate(task, TPU_ELEMENTWISE, target="tpu", measure=False)
+    assert r.status == "correct", r.reason
+    assert "huge" not in r.scales and "ci" in r.scales
+    assert any(f.startswith("scale huge not run on this CPU: its cases need about") and "memory analysis" in f for f in r.flags), r.flags
+    huge = next(c for c in r.compiled if c.scale == "huge")
+    assert huge.ok and not huge.judged
+    # asked for (no --scale), the size is part of the verdict: a chip that refuses it is a compile_error
+    source = TPU_ELEMENTWISE.replace("def kernel", "CONFIG_SPACE = {'block_rows': [32, 1536]}\n\ndef kernel")
+    v5e = evaluate(task, source, target="tpu", measure=False, config={"block_rows": 1536}, chip="v5e")
+    assert v5e.status == "compile_error" and "scale huge" in v5e.reason and "too big to run on this CPU" in v5e.reason, v5e.reason
+
+
+@needs_cuda
+@pytest.mark.slow
+def test_the_moe_kernel_written_before_its_fit_is_refused_for_h100_at_full():
+    # judged at every scale as `mk eval jaxbench:10p_Sparse_MoE <kernel> --target gpu` does: full is too big to run
+    # on this CPU (about 45 GiB), so it is compiled only, and H100's refusal there is the verdict
+    from pathlib import Path
+
+    from mk.suite import load_builtin
+
+    kernel = Path(__file__).parent / "kernels" / "before" / "moe_gpu_10p.py"
+    r = evaluate(load_builtin("jaxbench:10p_Sparse_MoE"), kernel, target="gpu", measure=False)
+    assert r.status == "compile_error", r.reason
+    assert "scale full" in r.reason and "Shared memory size limit exceeded" in r.reason and "232448" in r.reason

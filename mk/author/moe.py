@@ -38,7 +38,7 @@ from mk.targets import kernel_language
 CHIPS = {"tpu": "v6e", "gpu": "h200"}
 _DEFINED = {"gmm_tpu", "gmm_gpu", "gmm_visits", "gmm_tiles", "_gmm_tpu_kernel", "_gmm_gpu_kernel", "_block", "_fit",
             "_pow2", "_act", "_moe", "combine", "choice", "gmlp_tpu", "gmlp_gpu", "_gmlp_tpu_kernel", "_gmlp_gpu_kernel",
-            "_silu_gate", "_silu_gate_f32", "masked_mlp_tpu", "masked_mlp_gpu", "_masked_tpu_kernel",
+            "_gmlp_fit", "_silu_gate", "_silu_gate_f32", "masked_mlp_tpu", "masked_mlp_gpu", "_masked_tpu_kernel",
             "_masked_gpu_kernel", "_silu_gate_m", "_silu_gate_mf32", "_moe_masked"}
 
 _HELPER = '''def _moe(x, combine, choice, wg, wu, wd, *, act, inter_dtype, down_dtype, out_dtype, precision, **config):

@@ -37,7 +37,7 @@ from mk.harness.envelope import OUTSIDE, Envelope
 from mk.harness.heldout import FRESH, fresh_sizes
 from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limit_mb
 from mk.harness.results import CaseResult, CostResult, EvalResult, StepResult, TimingResult
-from mk.harness.suite import Case, FrozenSuite, ReferenceCache, build_suite
+from mk.harness.suite import Case, FrozenSuite, ReferenceCache, build_suite, runnable_scales
 from mk.harness.timing import MIN_INPUT_SETS, TimingOptions, not_measured, plausibility_flags, summarize
 from mk.targets import Target, get_target
 from mk.task import Task
@@ -107,6 +107,8 @@ class _Run:
     scales: tuple[str, ...] = ()
     #: the task's declared scales the cases do not run: traced and compiled for the chip only
     compile_scales: tuple[str, ...] = ()
+    #: scales asked for that are too big to run on this CPU (compile-only, but a refusal there is the verdict)
+    too_big: tuple[str, ...] = ()
     #: the compile-only scales the verdict claims (compiled, and the code a judged size ran: :func:`_covered`)
     covered: list[str] = field(default_factory=list)
     #: the chip the device program is compiled for (None: a target that compiles for no chip)
@@ -165,7 +167,10 @@ def evaluate(
     memory_mb = int(memory_limit_mb or default_memory_limit_mb())
     children = _spawn(tgt, memory_mb) if static.ok else None  # their JAX imports overlap the suite's references
     try:
+        skipped: dict[str, str] = {}
         if suite is None:
+            if scale is None:  # a scale too big to run here is compiled for the chip only, with a flag
+                task, skipped = runnable_scales(task, memory_mb)
             suite = build_suite(task, scales=[scale] if scale else None)
         elif suite.task_fingerprint != task.fingerprint():
             raise TaskError(f"the suite was frozen for another version of task {task.name!r}", hint="rebuild it with build_suite(task)")
@@ -194,6 +199,8 @@ def evaluate(
     run = _Run(task, tgt, suite, cand, timeouts or Timeouts(), timed, require_pallas, dict(config or {}), measure,
                timing or TimingOptions(), memory_mb)
     run.scales = tuple(suite.scales) + tuple(f.name for f in fresh)
+    run.flags.extend(f"scale {name} not run on this CPU: {why}; compiled for the chip only" for name, why in skipped.items())
+    run.too_big = tuple(skipped)
     if the_chip is not None:  # declared scales the cases do not run: compiled for the chip only
         declared = {**suite_task.compile_only, **suite_task.scales}
         run.compile_scales = tuple(s for s in declared if s not in run.scales)
@@ -505,15 +512,19 @@ def _compile_for_chip(run: _Run) -> None:
     t0 = time.perf_counter()
     programs = {scale: _read_regular(run.tracer.workdir / run.programs[scale]["target_file"])
                 for scale in (*run.scales, *run.compile_scales)}
-    # the declared scales the cases run must compile; a fresh size (drawn by the judge) the chip refuses is a flag
+    # the declared scales the cases run must compile, and those asked for but too big to run here; a fresh size
+    # (drawn by the judge) or a scale left out with --scale the chip refuses is a flag
     declared = {s for s in run.scales if not s.startswith(FRESH)}
     try:
-        results, flags = chipcheck.compile_scales(run.chip, programs, declared, memory_mb=run.memory_mb,
+        results, flags = chipcheck.compile_scales(run.chip, programs, declared | set(run.too_big), memory_mb=run.memory_mb,
                                                   no_spills=run.no_spills)
     except chipcheck.CompileRefused as refused:
-        raise _Verdict(refused.status, refused.reason, refused.error) from None
+        raise _Verdict(refused.status, refused.reason + (" (a scale asked for, too big to run on this CPU, so compiled "
+                                                         "only)" if any(f"scale {s}:" in refused.reason for s in run.too_big)
+                                                        else ""), refused.error) from None
     finally:
         run.seconds["chip_compile"] = time.perf_counter() - t0
+    results = [r.model_copy(update={"judged": False}) if r.scale in run.too_big else r for r in results]
     run.compiled = results
     run.flags.extend(flags)
     done = [r.scale for r in results if r.ok]

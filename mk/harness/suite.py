@@ -121,6 +121,45 @@ def scale_record(scale: Scale) -> dict[str, Any]:
             "static": {k: repr(v) for k, v in scale.static.items()}}
 
 
+#: a case at one scale holds about this many times the reference's own footprint (XLA's memory analysis of the
+#: compiled reference: its arguments, outputs and temporaries): the inputs in numpy, the float64 reference the judge
+#: compares against, the candidate's outputs in the runner
+CASE_FOOTPRINT = 3
+
+
+def reference_bytes(task: Task, scale: str) -> int | None:
+    """The bytes the task's reference needs at ``scale`` on this CPU (arguments + outputs + temporaries, from XLA's
+    memory analysis of the compiled reference: a compile, nothing runs); None when it cannot be compiled here."""
+    import jax
+
+    try:
+        compiled = jax.jit(task.bind(task.reference, scale)).lower(*task.arg_structs(scale)).compile()
+        m = compiled.memory_analysis()
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
+    except Exception as exc:  # noqa: BLE001 - a reference that does not compile here fails in the suite, with its reason
+        log.debug("no memory analysis of %s at %s: %s", task.name, scale, exc)
+        return None
+
+
+def runnable_scales(task: Task, memory_mb: int) -> tuple[Task, dict[str, str]]:
+    """``task`` restricted to the scales whose cases fit ``memory_mb`` on this CPU (the others stay declared, so the
+    judge compiles them for the chip only), and why each other one was left out. A TaskError when none fits."""
+    skipped = {}
+    for name in task.scales:
+        need = reference_bytes(task, name)
+        if need is not None and need * CASE_FOOTPRINT > memory_mb << 20:
+            skipped[name] = (f"its cases need about {need * CASE_FOOTPRINT / 2**30:.1f} GiB on this CPU ({CASE_FOOTPRINT} x "
+                             f"{need / 2**30:.1f} GiB, XLA's memory analysis of the compiled reference), over the judge's "
+                             f"{memory_mb / 1024:.1f} GiB")
+    if not skipped:
+        return task, {}
+    if len(skipped) == len(task.scales):
+        name, why = next(iter(skipped.items()))
+        raise TaskError(f"no scale of task {task.name!r} can run on this CPU: at {name} {why}",
+                        hint="declare a smaller scale (e.g. ci) in the task, or judge it on a machine with more memory")
+    return task.only_scales([n for n in task.scales if n not in skipped]), skipped
+
+
 def build_suite(
     task: Task,
     *,
