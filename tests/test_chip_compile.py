@@ -16,7 +16,7 @@ from mk import chips
 from mk.errors import TargetError
 from mk.harness import chipcheck, evaluate
 from mk.harness.compiler import gpu_kernels, tpu_kernels
-from mk.task import ArgSpec, Scale, Task, Tolerance
+from mk.task import ArgSpec, Scale, StaticArg, Task, Tolerance
 
 needs_libtpu = pytest.mark.skipif(chips.compiler_missing("tpu") is not None, reason="libtpu is not installed")
 needs_cuda = pytest.mark.skipif(chips.compiler_missing("gpu") is not None, reason="the CUDA compiler is not installed")
@@ -324,3 +324,19 @@ def test_the_moe_kernel_written_before_its_fit_is_refused_for_h100_at_full():
     r = evaluate(load_builtin("jaxbench:10p_Sparse_MoE"), kernel, target="gpu", measure=False)
     assert r.status == "compile_error", r.reason
     assert "scale full" in r.reason and "Shared memory size limit exceeded" in r.reason and "232448" in r.reason
+
+
+def test_a_declared_size_extends_the_envelope_only_along_axes_the_judged_sizes_varied():
+    from mk.harness import build_suite
+    from mk.harness.envelope import Envelope
+
+    def ref(x, k):
+        return x * k
+
+    task = Task("ext", ref, (ArgSpec("x", ("rows", 1024), "float32"),), {"ci": Scale("ci", {"rows": 64})},
+                static=(StaticArg("k", 2),))
+    suite = build_suite(task, seeds=(0,), distributions=("normal",))
+    env = Envelope.of(task, suite)
+    assert env.extends_to([(8192, 1024)], {"k": 2}) is None  # rows were varied: past the judged range, same code
+    assert "x[1] is 2048 and no judged size varied it" in env.extends_to([(8192, 2048)], {"k": 2})
+    assert "static k=3" in env.extends_to([(8192, 1024)], {"k": 3})  # a baked 2 would be wrong there

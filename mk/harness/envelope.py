@@ -208,6 +208,27 @@ class Envelope:
                     "declared, so only those points were judged): " + "; ".join(self.points))
         return None
 
+    def extends_to(self, shapes: Sequence[Sequence[int]], static: Mapping[str, Any]) -> str | None:
+        """Why a size outside the rule is not a continuation of what was verified (None when it is): it may lie past
+        the judged range only along axes the judged sizes varied; a fixed axis, a tie between axes, a dtype, a rank
+        and every static must be as verified (a number baked in for a value no judged size changed would be wrong
+        there, and no case would show it)."""
+        if len(shapes) != len(self.names):
+            return f"{len(shapes)} inputs, verified with {len(self.names)}"
+        for name, shape, axes in zip(self.names, shapes, self.axes):
+            if len(shape) != len(axes):
+                return f"input {name!r} has rank {len(shape)}, verified with rank {len(axes)}"
+            for j, (v, ax) in enumerate(zip(shape, axes)):
+                if ax.kind == "fixed" and int(v) != ax.values[0]:
+                    return f"{name}[{j}] is {int(v)} and no judged size varied it from {ax.values[0]}"
+        for group in self.equal:
+            if len({int(shapes[i][j]) for i, j in group}) > 1:
+                return "axes " + " = ".join(f"{self.names[i]}[{j}]" for i, j in group) + " were equal at every judged size"
+        for s in self.static:
+            if s.name in static and not s.allows(static[s.name], shapes):
+                return f"static {s.name}={static[s.name]!r} and the judged sizes had {s.words(self.names)}"
+        return None
+
     def _at_a_point(self, shapes: Sequence[Sequence[int]], given: Mapping[str, Any],
                     points: Mapping[str, Any] | None = None) -> bool:
         want = [[int(d) for d in s] for s in shapes]
@@ -357,7 +378,8 @@ def _plain(v: Any) -> Any:
 
 _GUARD_HEAD = '''
 
-# --- mk: the verified envelope. Outside it the kernel refuses to trace (shapes are static under jit). ---
+# --- mk: the verified envelope. Outside it the kernel refuses to trace ---
+# (shapes are static under jit, so the check runs once per shape)
 MK_ENVELOPE = {rule}
 MK_TUNED = {tuned}
 _mk_unchecked_{entry} = {entry}

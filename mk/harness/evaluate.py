@@ -107,6 +107,8 @@ class _Run:
     scales: tuple[str, ...] = ()
     #: the task's declared scales the cases do not run: traced and compiled for the chip only
     compile_scales: tuple[str, ...] = ()
+    #: the task the verdict's envelope describes (the suite's scales and held-out scales, before fresh sizes)
+    judged_task: Any = None
     #: scales asked for that are too big to run on this CPU (compile-only, but a refusal there is the verdict)
     too_big: tuple[str, ...] = ()
     #: the compile-only scales the verdict claims (compiled, and the code a judged size ran: :func:`_covered`)
@@ -201,6 +203,7 @@ def evaluate(
     run.scales = tuple(suite.scales) + tuple(f.name for f in fresh)
     run.flags.extend(f"scale {name} not run on this CPU: {why}; compiled for the chip only" for name, why in skipped.items())
     run.too_big = tuple(skipped)
+    run.judged_task = judged_task
     if the_chip is not None:  # declared scales the cases do not run: compiled for the chip only
         declared = {**suite_task.compile_only, **suite_task.scales}
         run.compile_scales = tuple(s for s in declared if s not in run.scales)
@@ -547,10 +550,13 @@ def _covered(run: _Run, compiled: list[str]) -> list[str]:
     from mk.harness import program
 
     judged = [program.code_paths(run.exported[s]["cpu"]) for s in run.scales if "cpu" in run.exported.get(s, {})]
+    envelope = Envelope.of(run.judged_task, run.suite)
     covered = []
     for scale in compiled:
         cpu = run.exported.get(scale, {}).get("cpu")
-        why = "its CPU form could not be exported to compare" if cpu is None else program.paths_covered(program.code_paths(cpu), judged)
+        statics = dict(zip((s.name for s in run.task.static), run.task.static_values(scale)))
+        why = envelope.extends_to(run.task.shapes(scale), statics) or (
+            "its CPU form could not be exported to compare" if cpu is None else program.paths_covered(program.code_paths(cpu), judged))
         if why:
             run.flags.append(f"scale {scale} compiled for {run.chip.name} but is not claimed: {why}")
         else:
