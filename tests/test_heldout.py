@@ -191,6 +191,40 @@ def test_written_kernel_is_correct_elsewhere_in_its_envelope_and_refuses_outside
     assert res.status == "outside_envelope" and OUTSIDE in res.reason and "[1] is 200" in res.reason
 
 
+def test_written_header_lines_fit_in_100_characters_and_say_the_same():
+    """Issue 24, item 5: the header's envelope and chip-compile lines ran to 330 characters; wrapped, each line is a
+    comment of at most 100 characters with the same words, and the guard after it still declares its envelope."""
+    import ast
+
+    from mk.harness.envelope import declared_rule
+    from mk.harness.results import CompileResult, KernelFigures, compile_lines
+
+    task = rms_task()
+    suite = build_suite(task)
+    env = Envelope.of(task, suite)
+    lim = {"scoped_vmem_bytes": 16 << 20}
+    compiled = [CompileResult(chip="v5e", scale=s, ok=True, limits=lim, kernels=[KernelFigures(name="k", scoped_vmem_bytes=1 << 20)])
+                for s in ("ci", "heldout", "size-16x256", "size-32x384", "size-48x512", "size-64x640", "size-80x768")]
+    compiled.append(CompileResult(chip="v5e", scale="full", ok=False, judged=False, limits=lim,
+                                  error="RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem while allocating " * 3))
+    best = Best(GENERAL, "correct", None, "hand-written", {"block_rows": 16}, "",
+                compile_check="v5e: every scale compiled by libtpu without the chip (the chip's own compiler)",
+                compiled=compiled)
+    text = with_provenance(best, task, suite.hash, get_target("tpu"), env)
+    header = text[:text.index("\nimport")].splitlines()
+    assert header and all(line.startswith("#") and len(line) <= 100 for line in header), \
+        [line for line in header if len(line) > 100]
+    longest = max(len(w) for w in env.lines() + compile_lines(compiled))
+    assert longest > 150  # the lines this test is about were long before they were wrapped
+    words = " ".join(line.lstrip("#").strip() for line in header)
+    for line in env.lines() + compile_lines(compiled):
+        assert " ".join(line.split()) in words, line  # the same words, in order
+    mk_comments = [line for line in text.splitlines() if line.startswith("# ---")]  # the tuned config's, the guard's
+    assert len(mk_comments) == 2 and all(len(line) <= 100 for line in mk_comments)
+    ast.parse(text)
+    assert declared_rule(text) is not None  # the guard after the header is read as before
+
+
 def test_an_eps_the_suite_never_varied_is_pinned(tmp_path):
     task = dataclasses.replace(rms_task(), vary_static={"eps": None})
     kernel = _written(task, build_suite(task), FITTED_EPS, tmp_path / "k.py")

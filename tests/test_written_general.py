@@ -5,6 +5,7 @@ envelope error outside it — never ``incorrect``."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,8 @@ def test_written_kernel_is_general_or_refuses(tmp_path, example, target):
     kernel = Path(report.kernel_path)
     text = kernel.read_text()
     assert "# envelope" in text and "heldout" in env.heldout
+    header = list(itertools.takewhile(lambda line: line.startswith("#"), text.splitlines()))
+    assert len(header) > 5 and all(len(line) <= 100 for line in header), header  # issue 24, item 5: at most 100 wide
     # the header's suite hash is the one `mk eval` rebuilds (the reproduce line names the scale)
     assert build_suite(task).hash == report.suite_hash and f"--scale ci" in text and report.suite_hash in text
     rules = _dim_rules(task, env)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from mk.errors import ConfigError
 from mk.task import Task
 
 log = logging.getLogger(__name__)
+
+#: the widest line of a written kernel's header
+HEADER_WIDTH = 100
 
 
 @dataclass
@@ -116,6 +120,18 @@ def write_outputs(run: Any, outcome: Any, out: str | Path | None, *, author: str
     return report
 
 
+def wrap_comment(line: str, width: int = HEADER_WIDTH) -> list[str]:
+    """A ``#`` comment line as lines of at most ``width`` characters, the same words in the same order: each
+    continuation is a comment indented four spaces under the line's own text (deeper than the sub-items that
+    follow, two spaces in). A single word longer than a line (a path) is never split."""
+    if len(line) <= width or not line.startswith("#"):
+        return [line]
+    body = line[1:]
+    lead = "#" + " " * (len(body) - len(body.lstrip(" ")))
+    return textwrap.wrap(body.strip(), width=width, initial_indent=lead, subsequent_indent=lead + "    ",
+                         break_long_words=False, break_on_hyphens=False) or [line]
+
+
 def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelope: Any = None) -> str:
     """The kernel's source with mk's provenance header: what was measured and what was not, the verified envelope
     in words (and, with ``envelope``, a guard that refuses to trace outside it), the tuned config as the default."""
@@ -156,6 +172,7 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
         header += [f"#   {line}" for line in envelope.lines()]
     else:
         header.append("# envelope: not recorded for this run; judge the kernel on your shapes with mk eval before use")
+    header = [part for line in header for part in wrap_comment(line)]
     header.append("")
     from mk.candidate import Candidate
 
