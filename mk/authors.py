@@ -12,13 +12,31 @@ be opened is logged and the author goes on without retrieval.
 from __future__ import annotations
 
 import logging
+import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mk.errors import KnowledgeError
 from mk.task import Task
 
 log = logging.getLogger(__name__)
+
+
+def declined_reason(declined: Mapping[str, str], width: int = 100) -> str:
+    """The stop reason of a run whose author proposed nothing: a header line, then one line per rule that declined
+    (``  name: why``, the reasons in one column), no line wider than ``width``. A long reason wraps under itself; one
+    past three lines (an exception's text) ends in `` ...`` there (the report's ``declined`` has it whole)."""
+    if not declined:
+        return "no rule applies to this task"
+    pad = min(max(len(name) for name in declined) + 1, 24)
+    lines = ["no rule applies to this task; why each rule declined it:"]
+    for name, why in declined.items():
+        head = f"  {name + ':':<{pad}} "
+        text = " ".join(str(why).split()) or "(no reason given)"
+        lines += textwrap.wrap(text, width=max(width, len(head) + 20), initial_indent=head,
+                               subsequent_indent=" " * len(head), max_lines=3, placeholder=" ...",
+                               break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 class Author:
@@ -28,7 +46,8 @@ class Author:
     more to say: :meth:`fix` (repair a compile error / static rejection; default: cannot), :meth:`analyse` (read a
     profile; default: nothing), :meth:`prepare` (synthesised test cases before the suite is frozen), :meth:`fork`
     (a fresh author for a search node), :meth:`bind_run` (attribute its model calls to a run), :meth:`spend` (what it
-    has spent), ``stop_reason`` (why it has no further plan), ``declined`` (why it made no proposal, per rule),
+    has spent), ``stop_reason`` (why it has no further plan), ``declined`` (why it made no proposal, per rule;
+    :func:`declined_reason` makes it the run's stop reason),
     ``meter`` (the budget its calls are charged to), ``spec`` (the string that rebuilds it: ``offline``,
     ``lm:<model>`` or ``module:Factory``; "" when it cannot be rebuilt in another process)."""
 

@@ -479,7 +479,9 @@ class Auto:
         """End the trajectory with one stop reason: the same words in the run's row, the report and the CLI."""
         declined = self.author.declined or {}
         if not traj.snapshots and declined and "no further proposals" in reason:  # the author proposed nothing: say why
-            reason = "no rule applies to this task because " + "; ".join(f"{k}: {v}" for k, v in declined.items())
+            from mk.authors import declined_reason
+
+            reason = declined_reason(declined)
         best = traj.best
         if best is not None:
             reason += f"; best: {best.proposal}" + (f" ({best.speedup:.2f}x)" if best.speedup is not None else " (speed not measured)")

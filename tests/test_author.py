@@ -76,7 +76,14 @@ def _cumsum_task():
 def test_declines_with_reasons():
     authored = OfflineAuthor().propose(_cumsum_task(), "tpu")
     assert not authored.proposals
-    assert authored.reason().startswith("no rule applies to this task because")
+    head, *rows = authored.reason().splitlines()
+    assert head == "no rule applies to this task; why each rule declined it:"
+    # issue 24, item 5: a table, one line per rule (a long reason wraps under its own column), none over 100 wide
+    names = [row.split(":")[0].strip() for row in rows if not row.startswith("   ")]
+    assert names == list(authored.declined) and len(names) >= 15
+    assert all(len(row) <= 100 for row in rows)
+    assert " ".join(authored.reason().split()) == " ".join(  # the same words as the rules gave, in order
+        [*head.split(), *(w for k, v in authored.declined.items() for w in f"{k}: {v}".split())])
     assert {"matmul", "rowwise", "attention"} <= set(authored.declined)
     cpu = OfflineAuthor().propose(_cumsum_task(), "cpu")
     assert not cpu.proposals and "cpu" in cpu.reason()

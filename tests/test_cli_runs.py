@@ -108,6 +108,30 @@ def test_show_piped_prints_verdict_reasons_whole(tmp_path):
     assert any(ln.rstrip().endswith("x" * 400 + " END-OF-RUN-REASON") for ln in proc.stdout.splitlines())
 
 
+def test_a_stop_reason_of_many_lines_prints_as_a_table(tmp_path, capsys):
+    """Issue 24, item 5: a no-kernel run's reason is a head line and one line per declined rule; `mk show` prints the
+    rows under the head, `mk runs` keeps one row per run, and `--json` has the reason whole."""
+    from mk.authors import declined_reason
+
+    db = str(tmp_path / "table.duckdb")
+    declined = {"matmul": "the matmul template needs a top-level matrix product, found none",
+                "rowwise": "primitive 'cumsum' has no block-local form in mk's emitter"}
+    reason = declined_reason(declined)
+    with Store.open(db) as store:
+        run_id = store.create_run(None, "auto", {"target": "tpu"})
+        store.finish_run(run_id, "no_correct_candidate", reason)
+    assert main(["show", run_id, "--db", db]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("  " + reason.splitlines()[0])
+    assert out[at + 1:at + 3] == ["  " + row for row in reason.splitlines()[1:]]
+    assert out[at + 1].startswith("    matmul:") and out[at + 2].startswith("    rowwise:")
+    assert main(["runs", "--db", db]) == 0
+    table = capsys.readouterr().out
+    assert run_id[:12] in table and "matmul" not in table  # the table: one row per run, no reason lines
+    assert main(["runs", "--db", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["reason"] == reason
+
+
 def test_hitl_piped_panels_are_not_80_columns(tmp_path):
     """`mk hitl` into a pipe: a panel is as wide as its text, so a plan's line is not wrapped at 80 columns."""
     import os

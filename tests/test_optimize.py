@@ -48,7 +48,10 @@ def test_optimize_declines_with_reason(tmp_path):
     task = Task("cumsum", lambda x: jnp.cumsum(x, axis=0), (ArgSpec("x", ("M", "N"), "float32"),), {"ci": Scale("ci", {"M": 16, "N": 128})})
     report = optimize_task(task, target="tpu", lm="offline", db=tmp_path / "db.duckdb", out=tmp_path / "out", iterations=1)
     assert report.status == "no_correct_candidate"
-    assert report.stop_reason.startswith("no rule applies to this task because")
+    head, *rows = report.stop_reason.splitlines()
+    assert head.startswith("no rule applies to this task") and rows  # one line per rule that declined (issue 24, item 5)
+    assert all(row.startswith("  ") and len(row) <= 100 for row in rows)
+    assert report.declined and {row.split(":")[0].strip() for row in rows} >= set(report.declined)
     assert report.kernel_path is None and Path(report.report_path).is_file()
 
 

@@ -80,8 +80,9 @@ class Authored:
     def reason(self) -> str:
         if self.proposals:
             return ""
-        why = "; ".join(f"{k}: {v}" for k, v in self.declined.items())
-        return f"no rule applies to this task because {why}"
+        from mk.authors import declined_reason
+
+        return declined_reason(self.declined)
 
 
 class OfflineAuthor:

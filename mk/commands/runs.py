@@ -153,7 +153,7 @@ def show(args: argparse.Namespace) -> int:
         console(stderr=True).print(f"[yellow]{_locked_note(err)}[/]")
         console().print(f"run {r['id']} ({r['mode']}, task {r.get('task') or '?'}): {r['status']}; {r.get('snapshots', 0)} "
                         f"snapshots, {r.get('nodes', 0)} nodes, best {_fmt(r.get('best_speedup'))}; updated {str(r['updated_at'])[:19]}"
-                        + (f"\n  {r['reason']}" if r.get("reason") else ""), markup=False)
+                        + ("\n  " + r["reason"].replace("\n", "\n  ") if r.get("reason") else ""), markup=False)
         return 0
     if args.json:
         print(json.dumps(info, default=str))
@@ -166,7 +166,7 @@ def show(args: argparse.Namespace) -> int:
     whole = not is_terminal(con)  # piped or redirected: reasons whole, lines never wrapped (a reader or grep gets them all)
     con.print(f"[bold]run {run['id']}[/] ({run['mode']}, task {info['task'] or '?'}): {run['status']}")
     if run.get("reason"):
-        con.print(f"  {escape(run['reason'])}", soft_wrap=whole)
+        con.print("  " + escape(run["reason"]).replace("\n", "\n  "), soft_wrap=whole)  # a table's rows under its head
     cfg = info["config"]
     budget = ", ".join(f"{k.replace('max_', '')} {v}" for k, v in (cfg.get("budget") or {}).items() if v is not None) or "none"
     con.print(f"config: target {cfg.get('target')} · scales {', '.join(cfg.get('scales') or []) or '?'} · author "
@@ -189,7 +189,7 @@ def show(args: argparse.Namespace) -> int:
                   markup=False, soft_wrap=whole)
     for n in info["nodes"]:
         con.print(f"  {'  ' * max(n['depth'] - 1, 0)}{n['key']:<10} {n['plan']:<18} {n['status']:<14} {_fmt(n['speedup']):>8}  "
-                  f"{n['reason'] if whole else n['reason'][:160]}", markup=False, soft_wrap=whole)
+                  f"{n['reason'] if whole else n['reason'].split(chr(10))[0][:160]}", markup=False, soft_wrap=whole)
     if args.code and best:
         con.print(best["code"], markup=False)
     return 0
