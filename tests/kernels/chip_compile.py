@@ -1,9 +1,12 @@
-"""Compile a mk kernel for a real GPU without the GPU (the judge's compile stage, mk/harness/chipcheck.py): the
-regression tests of kernels whose blocks once outgrew H100's shared memory, registers or Triton's block limit.
+"""Compile a mk kernel for a real chip without the chip (the judge's compile stage, mk/harness/chipcheck.py): the
+regression tests of kernels whose blocks once outgrew a TPU's scoped VMEM, H100's shared memory, registers or
+Triton's block limit.
 
-``compiled(fn, *structs)`` exports ``jax.jit(fn)`` for cuda as the judge's tracer does and compiles it for H100 with
-XLA's CUDA pipeline and ptxas; ``fits(result)`` asserts it compiled with every Pallas kernel within the chip's shared
-memory and without spills. Tests using them are skipped where the CUDA compiler is not installed (``mk[aot]``)."""
+``compiled(fn, *structs, chip=...)`` exports ``jax.jit(fn)`` for the chip's platform as the judge's tracer does
+(TPU: lowered assuming the chip) and compiles it (libtpu for a TPU topology; XLA's CUDA pipeline and ptxas for a
+GPU); ``fits(result)`` asserts a GPU program compiled with every Pallas kernel within the chip's shared memory and
+without spills; ``vmem(result)`` asserts a TPU program compiled and gives each Pallas kernel's scoped VMEM. Tests
+using them are skipped where the compiler is not installed (``mk[aot]``)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from mk import chips
 from mk.harness.results import CompileResult
 
 needs_cuda = pytest.mark.skipif(chips.compiler_missing("gpu") is not None, reason="the CUDA compiler is not installed")
+needs_libtpu = pytest.mark.skipif(chips.compiler_missing("tpu") is not None, reason="libtpu is not installed")
 
 
 def compiled(fn, *structs, chip: str = "h100") -> CompileResult:
@@ -22,7 +26,7 @@ def compiled(fn, *structs, chip: str = "h100") -> CompileResult:
     from mk.harness.process import default_memory_limit_mb
     from mk.targets import get_target
 
-    tgt = get_target("gpu")
+    tgt = get_target(chips.get_chip(chip).kind)
     checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(tgt.kernel_calls)]
     with tgt.lowering_context(chip):
         blob = export.export(jax.jit(fn), platforms=[tgt.platform], disabled_checks=checks)(*structs).serialize()
@@ -42,3 +46,12 @@ def fits(result: CompileResult) -> list:
         assert (k.shared_memory_bytes or 0) <= limit, k
         assert not (k.spill_store_bytes or k.spill_load_bytes), k
     return kernels
+
+
+def vmem(result: CompileResult) -> list:
+    """Each Pallas kernel's scoped VMEM, after asserting the TPU program compiled (within the limit the kernel set,
+    which may be above the chip's default: ``vmem_limit_bytes``)."""
+    assert result.ok, result.error
+    found = [k.scoped_vmem_bytes for k in result.kernels if k.kind == "pallas"]
+    assert found, result.kernels
+    return found

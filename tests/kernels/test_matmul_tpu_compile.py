@@ -11,29 +11,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import export
 
 from mk import chips
 from mk.kernels.matmul.tpu import matmul_blocks, matmul_tpu
 from mk.targets import get_target
+from tests.kernels.chip_compile import compiled, needs_libtpu, vmem
 
 S = jax.ShapeDtypeStruct
-needs_libtpu = pytest.mark.skipif(chips.compiler_missing("tpu") is not None, reason="libtpu is not installed")
 
 
 def _compile(fn, *structs, chip):
-    from mk.harness import chipcheck
-    from mk.harness.process import default_memory_limit_mb
-
-    tgt = get_target("tpu")
-    checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(tgt.kernel_calls)]
-    with tgt.lowering_context(chip):
-        blob = export.export(jax.jit(fn), platforms=[tgt.platform], disabled_checks=checks)(*structs).serialize()
-    results, _ = chipcheck.compile_scales(chips.get_chip(chip), {"full": blob}, set(),
-                                          memory_mb=default_memory_limit_mb())
-    r = results[0]
-    assert r.ok, r.error
-    return [k.scoped_vmem_bytes for k in r.kernels if k.kind == "pallas"]
+    return vmem(compiled(fn, *structs, chip=chip))
 
 
 def _gelu_softmax(acc):

@@ -9,7 +9,7 @@ import pytest
 from mk.kernels import swiglu as ksw
 from mk.kernels.swiglu import Config, Shapes, default, reference, space
 from mk.targets import get_target
-from tests.kernels.chip_compile import compiled, fits, needs_cuda
+from tests.kernels.chip_compile import compiled, fits, needs_cuda, needs_libtpu, vmem
 
 
 def _inputs(m, e, f, d, dtype, seed=0):
@@ -84,3 +84,33 @@ def test_gpu_kernel_written_at_ci_compiles_for_h100_at_held_out_and_full_sizes()
     for m, e, f, d in ((768, 640, 768, 640), (8192, 8192, 28672, 8192)):
         structs = [jax.ShapeDtypeStruct(s, bf16) for s in ((m, e), (e, f), (e, f), (f, d))]
         fits(compiled(lambda *a: ksw.swiglu_gpu(*a, **cfg), *structs))
+
+
+def test_tpu_blocks_split_e_when_the_whole_e_does_not_fit_and_stay_correct():
+    # a budget too small for the whole E (256 bf16 columns) makes the kernel run E in 128-wide blocks with the gate
+    # and up products accumulated in f32 scratch; the answer is the reference's
+    from mk.kernels.swiglu.tpu import swiglu_blocks, swiglu_tpu
+
+    sizes = dict(x_itemsize=2, w_itemsize=2, out_itemsize=2)
+    whole = swiglu_blocks(64, 256, 384, 128, block_m=64, block_f=128, budget=12 << 20, **sizes)
+    assert whole == (64, 128, 256)
+    split = swiglu_blocks(64, 256, 384, 128, block_m=64, block_f=128, budget=300 << 10, **sizes)
+    assert split == (32, 128, 128), split
+    args = _inputs(64, 256, 384, 128, jnp.bfloat16, seed=3)
+    with get_target("tpu").execution():
+        got = np.asarray(jax.jit(lambda *a: swiglu_tpu(*a, block_m=64, block_f=128, vmem_budget=300 << 10))(*args),
+                         np.float32)
+    want = np.asarray(reference(*args), np.float32)
+    np.testing.assert_allclose(got, want, atol=2e-2, rtol=2e-2)
+
+
+@needs_libtpu
+@pytest.mark.parametrize("chip", ["v5e", "v6e"])
+def test_tpu_kernel_compiles_for_jaxbench_9p_at_full_within_the_chips_scoped_vmem(chip):
+    # 9p at full: E = 8192, F = 28672, D = 8192 in bf16; the whole-E blocks took 30 MiB, over v5e's 16 MiB
+    from mk.kernels.swiglu.tpu import swiglu_tpu
+
+    bf16 = jnp.bfloat16
+    structs = [jax.ShapeDtypeStruct(s, bf16) for s in ((8192, 8192), (8192, 28672), (8192, 28672), (28672, 8192))]
+    result = compiled(lambda *a: swiglu_tpu(*a), *structs, chip=chip)
+    assert all(b <= result.limits["scoped_vmem_bytes"] for b in vmem(result)), result.kernels  # the chip's default
