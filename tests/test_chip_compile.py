@@ -340,3 +340,17 @@ def test_a_declared_size_extends_the_envelope_only_along_axes_the_judged_sizes_v
     assert env.extends_to([(8192, 1024)], {"k": 2}) is None  # rows were varied: past the judged range, same code
     assert "x[1] is 2048 and no judged size varied it" in env.extends_to([(8192, 2048)], {"k": 2})
     assert "static k=3" in env.extends_to([(8192, 1024)], {"k": 3})  # a baked 2 would be wrong there
+
+
+@needs_libtpu
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["program_id.py", "baked_constant.py"])
+def test_a_kernel_wrong_only_at_a_claimed_size_is_incorrect_there(fixture):
+    # a red team's kernels (tests/fixtures/claimed_size/): the same operations at full as at the judged sizes, wrong
+    # at full only; before one case ran at a size the envelope claims, full was claimed for both
+    from pathlib import Path
+
+    source = (Path(__file__).parent / "fixtures" / "claimed_size" / fixture).read_text()
+    r = evaluate(SCALE_TASK, source, target="tpu", scale="ci", measure=False)
+    assert r.status == "incorrect" and "declared scale full" in r.reason, r.reason
+    assert r.covered == {}

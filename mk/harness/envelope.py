@@ -255,8 +255,8 @@ class Envelope:
             out.append(f"  static {s.name}: {s.words(self.names)}")
         for name, point in self.compiled.items():
             shapes = ", ".join(f"{n}{list(shape)}" for n, (shape, _) in zip(self.names, point["inputs"]))
-            out.append(f"  also exactly at {name} ({shapes}): not run, but compiled for {', '.join(point.get('chips') or ['the chip'])} "
-                       "and its program runs the code the verified sizes ran (every loop that repeats there repeated in a case)")
+            out.append(f"  also exactly at {name} ({shapes}): one case from a secret seed ran there, it compiled for "
+                       f"{', '.join(point.get('chips') or ['the chip'])}, and its program runs the code the verified sizes ran")
         out.append(f"  tolerance: atol {self.tolerance.get('atol')}, rtol {self.tolerance.get('rtol')}")
         return out
 

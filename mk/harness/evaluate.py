@@ -232,6 +232,10 @@ def evaluate(
                      f", one of them at a fresh size {sizes[0]})" if sizes else ")"))
         reason += gradient_check(run)  # a written backward against the reference's VJP (mk/harness/gradient.py)
         timing_res, cost_res = _time_and_cost(run)
+        _run_claimed(run)
+        if run.covered:
+            reason += (f"; one case at {' and '.join(run.covered)} (compiled only, the judged sizes' code) matches too, "
+                       "so the envelope claims it")
     except _Verdict as v:
         status, reason, error = v.status, v.reason, v.error
     except ChildFailed as exc:
@@ -478,7 +482,8 @@ def _check_programs(run: _Run) -> None:
         if files["cpu"] is None and not run.on_device and not run.target.host and scale in run.scales:
             run.flags.append(f"scale {scale}: {facts.get('cpu_error') or 'the HLO interpreter cannot run this kernel'}; its cases "
                              "ran in the TPU interpreter inside the isolated tracer (weaker: see the verdict's verified_by)")
-    files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in run.scales}  # judged only
+    # the judged scales, and the compile-only ones: one case runs at each the envelope may claim (_run_claimed)
+    files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in (*run.scales, *run.compile_scales)}
     copied = {}
     for scale, forms in files.items():
         copied[scale] = {}
@@ -489,7 +494,7 @@ def _check_programs(run: _Run) -> None:
                 copied[scale][form] = _rel(run.runner, dest)
     refs = {}
     timing = _wants_timing(run)
-    for scale in run.scales:
+    for scale in (*run.scales, *run.compile_scales):
         platforms = ("cpu", run.target.platform) if timing and scale == run.timed else ("cpu",)
         dest = run.rdir / f"{scale}.reference.export"
         dest.write_bytes(_refs(run).export(scale, platforms))
@@ -645,13 +650,38 @@ def _run_cases(run: _Run) -> None:
     run.verified_by = ", ".join(sorted(forms))
 
 
+def _run_claimed(run: _Run) -> None:
+    """One case from a secret seed at each compile-only scale the envelope would claim (:func:`_covered`): the claim
+    stands only on a number. Wrong there is the verdict (a declared size of the task); a case that cannot run here
+    (too big for the judge's memory, past its deadline, a crash) leaves the size unclaimed, with a flag."""
+    from mk.harness.suite import CASE_FOOTPRINT, reference_bytes
+
+    for scale in list(run.covered):
+        need = reference_bytes(run.task, scale)
+        if need is None or need * CASE_FOOTPRINT > run.memory_mb << 20:
+            run.covered.remove(scale)
+            run.flags.append(f"scale {scale} compiled for {run.chip.name} but is not claimed: no case at this size fits the "
+                             f"judge's {run.memory_mb / 1024:.1f} GiB here")
+            continue
+        case = Case(scale, secrets.randbelow(2**31), "normal", note="claimed size")
+        who, form = _executor(run, scale)
+        try:
+            _run_one(run, len(run.cases), case, who, form, f"the case at declared scale {scale} (random seed {case.seed}, "
+                     "normal; compiled only, run once so the envelope can claim it)", slow=20.0 if who is run.tracer else 1.0)
+        except ChildFailed as exc:
+            run.covered.remove(scale)
+            run.flags.append(f"scale {scale} compiled for {run.chip.name} but is not claimed: its one case did not finish "
+                             f"({exc.message})")
+
+
 def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *, record: bool = True,
              slow: float = 1.0) -> None:
     """Run case ``i`` with ``who`` (the runner, or the tracer's TPU interpreter), compare, record. ``slow``: a
     factor on the interpreted-case deadline (race detection)."""
     run.failed_case = case.key  # cleared when the case passes
     inputs = run.suite.inputs(run.task, case)
-    expected = _refs(run).compute(case.scale, inputs) if case.note.startswith("fresh") else _refs(run).outputs(case, inputs)
+    drawn = case.note.startswith("fresh") or case.scale not in run.suite.scales  # not a frozen case: computed now
+    expected = _refs(run).compute(case.scale, inputs) if drawn else _refs(run).outputs(case, inputs)
     # the tracer's work dir is hostile (links, fifos): a fresh unpredictable name there
     name = f"case_{i:03d}" if who is run.runner else f"case_{i:03d}_{secrets.token_hex(8)}"
     folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
