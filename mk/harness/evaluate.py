@@ -107,6 +107,8 @@ class _Run:
     scales: tuple[str, ...] = ()
     #: the task's declared scales the cases do not run: traced and compiled for the chip only
     compile_scales: tuple[str, ...] = ()
+    #: whether compile-only sizes may be claimed (one case each); off for tuning trials
+    claim: bool = True
     #: the task the verdict's envelope describes (the suite's scales and held-out scales, before fresh sizes)
     judged_task: Any = None
     #: scales asked for that are too big to run on this CPU (compile-only, but a refusal there is the verdict)
@@ -141,6 +143,7 @@ def evaluate(
     chip: str | None = None,
     no_spills: bool = False,
     also_chips: tuple[str, ...] | list[str] = (),
+    claim: bool = True,
 ) -> EvalResult:
     """Judge ``candidate`` on ``task`` for ``target``.
 
@@ -149,6 +152,8 @@ def evaluate(
     ``chip``: the chip the device program is compiled for (``mk.chips``; default the target's, v6e or h100);
     ``no_spills``: a GPU kernel that spills registers is a ``compile_error``; ``also_chips``: chips of the same kind
     the program is also compiled for, as information (figures in ``compiled``, refusals as flags, never the verdict).
+    ``claim``: run one case at each declared size the cases do not run that the envelope could claim (off for a
+    tuning trial, whose verdict is not kept).
     ``require_pallas`` defaults to True for tpu/gpu. ``config`` is passed to
     the entry as keyword tunables. Never raises for anything the candidate
     does; raises :class:`TaskError`/:class:`CandidateError` for bad inputs."""
@@ -210,7 +215,7 @@ def evaluate(
         extra = {s: declared[s] for s in run.compile_scales if s not in run.task.scales}
         if extra:
             run.task = run.task.with_scales({**run.task.scales, **extra})
-    run.chip, run.no_spills = the_chip, no_spills
+    run.chip, run.no_spills, run.claim = the_chip, no_spills, claim
     run.also_chips = tuple(c for c in (chip_for(tgt, name) for name in also_chips) if c is not None and c != the_chip)
     run.env, run.iso, run.tracer, run.runner = children
     status, reason, error = "correct", "", ""
@@ -536,7 +541,7 @@ def _compile_for_chip(run: _Run) -> None:
     run.compiled = results
     run.flags.extend(flags)
     done = [r.scale for r in results if r.ok]
-    run.covered = _covered(run, [s for s in run.compile_scales if s in done])
+    run.covered = _covered(run, [s for s in run.compile_scales if s in done]) if run.claim else []
     run.compile_check = f"compiled for {run.chip.name} at {_scale_words(done)}" + (
         f" ({results[0].compiler})" if results and results[0].compiler else "")
     for other in run.also_chips:  # information beside the verdict: figures, and refusals as flags

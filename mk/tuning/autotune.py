@@ -101,7 +101,7 @@ def autotune(
     def objective(trial: "optuna.Trial") -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
         key = repr(sorted(params.items()))
-        res = seen.get(key) or evaluate(task, candidate, target=target, suite=fast, config=params)
+        res = seen.get(key) or evaluate(task, candidate, target=target, suite=fast, config=params, **unkept_options(evaluate))
         seen[key] = res
         seconds = res.timing.candidate_median_s if res.timing and res.timing.measured else None
         outcome = TrialOutcome(trial.number, params, res.status, res.reason, seconds)
@@ -152,16 +152,25 @@ def autotune(
 def _other_chips(evaluate: Callable[..., EvalResult], target: str) -> dict[str, Any]:
     """The winner's verification also compiles for every chip of the target's kind (its figures per chip go into the
     kernel's header), where the judge given takes ``also_chips``."""
-    import inspect
-
     from mk.chips import chips_for_target
+
+    return {"also_chips": chips_for_target(target)} if _takes(evaluate, "also_chips") and chips_for_target(target) else {}
+
+
+def unkept_options(evaluate: Callable[..., EvalResult]) -> dict[str, Any]:
+    """For a verdict that is not kept (a tuning trial, a validation run): no case at the declared sizes its envelope
+    would claim (``claim=False``), where the judge given takes it."""
+    return {"claim": False} if _takes(evaluate, "claim") else {}
+
+
+def _takes(evaluate: Callable[..., EvalResult], name: str) -> bool:
+    import inspect
 
     try:
         params = inspect.signature(evaluate).parameters
     except (TypeError, ValueError):
-        return {}
-    takes = "also_chips" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    return {"also_chips": chips_for_target(target)} if takes and chips_for_target(target) else {}
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _default_config(candidate: Candidate, space: dict[str, list[Any]]) -> dict[str, Any]:
