@@ -91,6 +91,9 @@ def check_task(task_id: str, chips_by_target: dict[str, list[str]], scale: str) 
                     continue
                 try:
                     results, flags = chipcheck.compile_scales(get_chip(chip), {scale: blob}, set(), memory_mb=default_memory_limit_mb())
+                    if not results:  # the compile ran past chipcheck.COMPILE_S: a flag, no result
+                        p["chips"][chip] = {"ok": False, "stage": "timeout", "error": (flags or ["no result"])[-1][:400]}
+                        continue
                     r = results[0]
                     p["chips"][chip] = {"ok": r.ok, "stage": "compile", "error": r.error, "seconds": round(r.seconds, 2),
                                         "summary": r.summary(), "flags": flags, "compiler": r.compiler,
@@ -156,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chips", nargs="+", default=list(DEFAULT_CHIPS))
     p.add_argument("--scale", default="full")
     p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--merge-from", default=None, metavar="JSON",
+                   help="an earlier full_compile.json: its rows for the tasks not checked now are kept (the command "
+                        "and date of both runs are recorded)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from mk.chips import get_chip
@@ -179,7 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001
             rows.append({"task": task_id, "error": f"{type(exc).__name__}: {exc}"[:400]})
         log.info("%s: %.0f s (%.0f s so far)", task_id, time.perf_counter() - t0, time.perf_counter() - started)
-    report = {"command": "python -m evals.full_compile " + shlex.join(sys.argv[1:] if argv is None else argv),
+    command = "python -m evals.full_compile " + shlex.join(sys.argv[1:] if argv is None else argv)
+    if args.merge_from:
+        earlier = json.loads(Path(args.merge_from).read_text())
+        fresh = {r["task"]: r for r in rows}
+        rows = [fresh.pop(r["task"], r) for r in earlier["rows"]] + list(fresh.values())
+        command += f" (rows of the other tasks from `{earlier['command']}`, {earlier['date']})"
+    report = {"command": command,
               "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "scale": args.scale,
               "chips": chips_by_target, "compilers": "; ".join(f"{k}: {versions(k)}" for k in chips_by_target),
               "wall_s": round(time.perf_counter() - started, 1), "rows": rows}
