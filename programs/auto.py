@@ -346,11 +346,7 @@ class Auto:
 
     def _validate(self, traj: Trajectory) -> PhaseResult:
         a = traj.attempt
-        from mk.tuning.autotune import unkept_options
-
-        judge = self._judge(traj)
-        res = judge(traj.task, a.candidate, target=self.target, suite=traj.suite.subset(1), measure=False, config={},
-                    **unkept_options(judge))
+        res = self._judge(traj)(traj.task, a.candidate, target=self.target, suite=traj.suite.subset(1), measure=False, config={})
         a.validation = res
         if res.status == "correct":
             a.next_phase = "test"

@@ -69,7 +69,7 @@ def test_a_compiled_declared_size_running_the_judged_code_is_in_the_envelope():
     # operations; the grid loop repeated at ci too), so the envelope accepts exactly it, and says why
     from mk.harness.envelope import Envelope
 
-    r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False, also_chips=["v5e"])
+    r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False, also_chips=["v5e"], claim=True)
     assert r.status == "correct", r.reason
     assert list(r.covered) == ["full"] and r.covered["full"]["chips"] == ["v6e", "v5e"]
     env = Envelope.from_dict(r.envelope)
@@ -94,7 +94,7 @@ def test_a_declared_size_running_other_code_is_compiled_but_not_claimed():
                                      "        o_ref[...] = o_ref[...] + 0.0 * x_ref[...]")
     source = source.replace("br = min(block_rows, rows)", "br = min(block_rows if rows < 4096 else 128, rows)")
     assert source.count("128") == 1 and source.count("if x_ref") == 1
-    r = evaluate(SCALE_TASK, source, target="tpu", scale="ci", measure=False)
+    r = evaluate(SCALE_TASK, source, target="tpu", scale="ci", measure=False, claim=True)
     assert r.status == "correct", r.reason
     assert r.covered == {} and next(c for c in r.compiled if c.scale == "full").ok
     assert any("scale full compiled for v6e but is not claimed: its program runs other operations" in f for f in r.flags), r.flags
@@ -351,6 +351,6 @@ def test_a_kernel_wrong_only_at_a_claimed_size_is_incorrect_there(fixture):
     from pathlib import Path
 
     source = (Path(__file__).parent / "fixtures" / "claimed_size" / fixture).read_text()
-    r = evaluate(SCALE_TASK, source, target="tpu", scale="ci", measure=False)
+    r = evaluate(SCALE_TASK, source, target="tpu", scale="ci", measure=False, claim=True)
     assert r.status == "incorrect" and "declared scale full" in r.reason, r.reason
     assert r.covered == {}

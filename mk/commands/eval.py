@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         _announce(task, args, candidate.source)
     suite = pick_cases(task, args.case, args.scale) if args.case else None
     result = evaluate(task, candidate, target=args.target, scale=None if suite else args.scale, suite=suite, measure=args.measure,
-                      require_pallas=args.require_pallas, chip=args.chip, no_spills=args.no_spills)
+                      require_pallas=args.require_pallas, chip=args.chip, no_spills=args.no_spills, claim=True)
     if db:
         record(db, result)
     if args.json:

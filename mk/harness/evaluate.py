@@ -107,8 +107,8 @@ class _Run:
     scales: tuple[str, ...] = ()
     #: the task's declared scales the cases do not run: traced and compiled for the chip only
     compile_scales: tuple[str, ...] = ()
-    #: whether compile-only sizes may be claimed (one case each); off for tuning trials
-    claim: bool = True
+    #: whether compile-only sizes may be claimed (one case each): only for a verdict that is kept
+    claim: bool = False
     #: the task the verdict's envelope describes (the suite's scales and held-out scales, before fresh sizes)
     judged_task: Any = None
     #: scales asked for that are too big to run on this CPU (compile-only, but a refusal there is the verdict)
@@ -143,7 +143,7 @@ def evaluate(
     chip: str | None = None,
     no_spills: bool = False,
     also_chips: tuple[str, ...] | list[str] = (),
-    claim: bool = True,
+    claim: bool = False,
 ) -> EvalResult:
     """Judge ``candidate`` on ``task`` for ``target``.
 
@@ -152,8 +152,8 @@ def evaluate(
     ``chip``: the chip the device program is compiled for (``mk.chips``; default the target's, v6e or h100);
     ``no_spills``: a GPU kernel that spills registers is a ``compile_error``; ``also_chips``: chips of the same kind
     the program is also compiled for, as information (figures in ``compiled``, refusals as flags, never the verdict).
-    ``claim``: run one case at each declared size the cases do not run that the envelope could claim (off for a
-    tuning trial, whose verdict is not kept).
+    ``claim``: run one case at each declared size the cases do not run that the envelope could claim (a verdict that
+    is kept: ``mk eval``, the tuner's re-verified winner; a case at ``full`` can take minutes interpreted).
     ``require_pallas`` defaults to True for tpu/gpu. ``config`` is passed to
     the entry as keyword tunables. Never raises for anything the candidate
     does; raises :class:`TaskError`/:class:`CandidateError` for bad inputs."""

@@ -101,7 +101,7 @@ def autotune(
     def objective(trial: "optuna.Trial") -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
         key = repr(sorted(params.items()))
-        res = seen.get(key) or evaluate(task, candidate, target=target, suite=fast, config=params, **unkept_options(evaluate))
+        res = seen.get(key) or evaluate(task, candidate, target=target, suite=fast, config=params)
         seen[key] = res
         seconds = res.timing.candidate_median_s if res.timing and res.timing.measured else None
         outcome = TrialOutcome(trial.number, params, res.status, res.reason, seconds)
@@ -145,22 +145,20 @@ def autotune(
         valid = [t.params for t in complete]
         best = default if default in valid else valid[0]
         note = "speed not measured on this machine for this target: kept the default config among the valid ones"
-    final = evaluate(task, candidate, target=target, suite=suite, config=best, **_other_chips(evaluate, target))
+    final = evaluate(task, candidate, target=target, suite=suite, config=best, **_kept_options(evaluate, target))
     return TuneResult(best, final, outcomes, measured=measured, note=note)
 
 
-def _other_chips(evaluate: Callable[..., EvalResult], target: str) -> dict[str, Any]:
-    """The winner's verification also compiles for every chip of the target's kind (its figures per chip go into the
-    kernel's header), where the judge given takes ``also_chips``."""
+def _kept_options(evaluate: Callable[..., EvalResult], target: str) -> dict[str, Any]:
+    """The winner's verification is the verdict kept: it also compiles for every chip of the target's kind (its
+    figures per chip go into the kernel's header) and runs one case at each declared size its envelope may claim,
+    where the judge given takes ``also_chips`` and ``claim``."""
     from mk.chips import chips_for_target
 
-    return {"also_chips": chips_for_target(target)} if _takes(evaluate, "also_chips") and chips_for_target(target) else {}
-
-
-def unkept_options(evaluate: Callable[..., EvalResult]) -> dict[str, Any]:
-    """For a verdict that is not kept (a tuning trial, a validation run): no case at the declared sizes its envelope
-    would claim (``claim=False``), where the judge given takes it."""
-    return {"claim": False} if _takes(evaluate, "claim") else {}
+    out: dict[str, Any] = {"claim": True} if _takes(evaluate, "claim") else {}
+    if _takes(evaluate, "also_chips") and chips_for_target(target):
+        out["also_chips"] = chips_for_target(target)
+    return out
 
 
 def _takes(evaluate: Callable[..., EvalResult], name: str) -> bool:
