@@ -16,6 +16,7 @@ from mk import chips
 from mk.errors import TargetError
 from mk.harness import chipcheck, evaluate
 from mk.harness.compiler import gpu_kernels, tpu_kernels
+from mk.harness.heldout import heldout_scales
 from mk.task import ArgSpec, Scale, StaticArg, Task, Tolerance
 
 needs_libtpu = pytest.mark.skipif(chips.compiler_missing("tpu") is not None, reason="libtpu is not installed")
@@ -181,14 +182,16 @@ def test_default_gpu_pallas_call_lowers_to_mosaic_gpu_and_compiles():
 
 @needs_cuda
 def test_a_fresh_size_the_chip_refuses_is_a_flag_not_the_verdict():
-    # small blocks at the declared sizes, 128 x 128 blocks of the whole K elsewhere: 512 KiB of shared memory at
-    # every size the judge draws, over H100's 227 KiB; the declared scales compile, so the verdict stands
+    # small blocks at the judged sizes (ci and the derived held-out scale, m and n untied), 128 x 128 blocks of the
+    # whole K elsewhere: 512 KiB of shared memory at every size the judge draws, over H100's 227 KiB; the judged
+    # scales compile, so the verdict stands
     source = GPU_MATMUL.replace("    n = y.shape[1]\n", "    n = y.shape[1]\n"
-                                "    bm = bn = 16 if max(m, n) <= 256 else 128\n")
+                                "    bm = bn = 16 if (m, n) in ((128, 128), (256, 384)) else 128\n")
     assert source != GPU_MATMUL
     task = Task("chip_mm_fresh", ref_mm, (ArgSpec("x", ("m", 1024), "float16"), ArgSpec("y", (1024, "n"), "float16")),
                 {"ci": Scale("ci", {"m": 128, "n": 128})},
                 tolerance=Tolerance(2e-2, 2e-2))  # no declared held-out size: the judge draws fresh ones
+    assert [(s.dims["m"], s.dims["n"]) for s in heldout_scales(task)] == [(256, 384)]
     r = evaluate(task, source, target="gpu", measure=False)
     assert r.status == "correct", r.reason
     fresh = [c for c in r.compiled if c.scale.startswith("size-")]
