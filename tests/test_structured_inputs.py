@@ -178,3 +178,14 @@ def test_structure_ignoring_kernels_fail_on_a_nonzero_seed(task_id, fixture, sta
     assert failed.seed != 0 and failed.scale == fails_at, failed
     passed = result.cases[:-1]  # the published layout (seed 0) is what such a kernel was fitted to: it passes there
     assert all(c.ok for c in passed) and any(c.seed == 0 and c.distribution == "native" for c in passed)
+
+
+@pytest.mark.slow
+def test_a_tolerance_that_cannot_reject_is_tightened_to_the_outputs_scale():
+    # 6p's outputs are about 1e-3 under atol = rtol = 1e-2: the task's tolerance accepts zeros and a kernel without
+    # the softmax scale; judged at a tolerance relative to the output, the scale-less kernel fails on the first case
+    task = load_builtin("6p_Paged_Attention")
+    bad = evaluate(task, STRUCTURED / "paged_no_softmax_scale.py", target="cpu", scale="ci", measure=False)
+    assert bad.status == "incorrect" and "outside atol=" in bad.reason, bad.reason
+    assert len(bad.cases) == 1 and bad.cases[0].seed == 0
+    assert any(f.startswith("tolerance: the task's tolerance (atol=0.01, rtol=0.01) cannot reject") for f in bad.flags)

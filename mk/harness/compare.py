@@ -5,6 +5,13 @@ with the task's per-output tolerance; NaN/inf where the reference is finite
 fails; and an output that passes the tolerance while being uncorrelated with
 a varying reference (constants, zeros, noise: rule 4) fails too. Inputs are
 compared bit for bit with the judge's pristine copies (rule 6).
+
+A tolerance must be able to reject: where the task's tolerance would accept the
+reference scaled by :data:`MUTATION` on a case (outputs far smaller than its
+``atol``: a paged-attention output near 1e-3 under ``atol=1e-2`` accepts zeros,
+and a kernel that drops the softmax scale), that output is judged on that case at
+a tolerance relative to its own scale (:func:`rejecting_tolerance`), which every
+comparison here uses and the verdict states in a flag.
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ MIN_CORRELATION = 0.9
 MAX_RELATIVE_L2 = 0.5
 #: elements compared per float64 chunk (32 MB per array)
 _CHUNK = 1 << 22
+#: the standard mutation a tolerance must reject on every case: the reference scaled by this factor (a dropped or
+#: wrong constant factor, a missing softmax scale and zeros are all at least this far off)
+MUTATION = 0.9
+#: a tolerance that cannot reject the mutation is tightened to this fraction of the output's largest magnitude on
+#: the case (atol), and rtol to at most the same fraction: 0.9x then misses by 0.1 - 2 * 0.04 of that magnitude
+RELATIVE_TOLERANCE = 0.04
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,39 @@ class Comparison:
     max_abs: float | None
     max_rel: float | None
     reason: str = ""
+    #: what the comparison changed to be able to reject (a tightened tolerance), for the verdict's flags
+    notes: tuple[str, ...] = ()
+
+
+def rejecting_tolerance(ref: np.ndarray, atol: float, rtol: float) -> tuple[float, float, str]:
+    """``(atol, rtol, note)`` for one output on one case: the task's own where it rejects the reference scaled by
+    :data:`MUTATION` (some element's change ``(1 - MUTATION)|r|`` exceeds ``atol + rtol|r|``), else a tolerance
+    relative to the output's largest finite magnitude on this case (:data:`RELATIVE_TOLERANCE`), with a note saying
+    so. Non-float outputs and all-zero outputs keep the task's tolerance."""
+    if np.dtype(ref.dtype).kind not in "fcV" or ref.size == 0:
+        return atol, rtol, ""
+    flat = _flat(ref)
+    top = 0.0
+    for lo in range(0, flat.size, _CHUNK):
+        r = np.abs(_as_float(flat[lo:lo + _CHUNK]))
+        r = r[np.isfinite(r)]
+        if r.size:
+            top = max(top, float(r.max()))
+    if top == 0.0 or top * ((1.0 - MUTATION) - rtol) > atol:
+        return atol, rtol, ""
+    tight_atol, tight_rtol = min(atol, RELATIVE_TOLERANCE * top), min(rtol, RELATIVE_TOLERANCE)
+    return tight_atol, tight_rtol, (f"the task's tolerance (atol={atol:g}, rtol={rtol:g}) cannot reject the reference "
+                                    f"scaled by {MUTATION:g} on a case whose outputs are this small, so such a case is "
+                                    f"judged at atol={RELATIVE_TOLERANCE:g} x the output's largest magnitude there, "
+                                    f"rtol={tight_rtol:g}")
+
+
+def _tolerance(tolerance: Tolerance, k: int, ref: np.ndarray, notes: list[str], outputs: int) -> tuple[float, float]:
+    """Output ``k``'s tolerance on this case (:func:`rejecting_tolerance`), its note added to ``notes``."""
+    atol, rtol, note = rejecting_tolerance(ref, *tolerance.for_output(k))
+    if note:
+        notes.append((f"output {k}: " if outputs > 1 else "") + note)
+    return atol, rtol
 
 
 def compare_outputs(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], tolerance: Tolerance) -> Comparison:
@@ -37,15 +83,16 @@ def compare_outputs(reference: Sequence[np.ndarray], candidate: Sequence[np.ndar
     if len(candidate) != len(reference):
         return Comparison(False, None, None, f"returned {len(candidate)} output array(s), the reference returns {len(reference)}")
     max_abs = max_rel = 0.0
+    notes: list[str] = []
     for k, (r, c) in enumerate(zip(reference, candidate)):
-        atol, rtol = tolerance.for_output(k)
+        atol, rtol = _tolerance(tolerance, k, r, notes, len(reference))
         got = compare_one(r, c, atol, rtol)
         max_abs = max(max_abs, got.max_abs or 0.0)
         max_rel = max(max_rel, got.max_rel or 0.0)
         if not got.ok:
             where = f"output {k}: " if len(reference) > 1 else ""
-            return Comparison(False, got.max_abs, got.max_rel, where + got.reason)
-    return Comparison(True, max_abs, max_rel)
+            return Comparison(False, got.max_abs, got.max_rel, where + got.reason, tuple(notes))
+    return Comparison(True, max_abs, max_rel, notes=tuple(notes))
 
 
 def compare_one(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float) -> Comparison:
@@ -121,8 +168,9 @@ def compare_fair(reference: Sequence[np.ndarray], reference_f32: Sequence[np.nda
     if first.ok or len(candidate) != len(reference) or len(reference_f32) != len(reference):
         return first
     max_abs = max_rel = 0.0
+    notes: list[str] = []
     for k, (r, r32, c) in enumerate(zip(reference, reference_f32, candidate)):
-        atol, rtol = tolerance.for_output(k)
+        atol, rtol = _tolerance(tolerance, k, r, notes, len(reference))
         got = compare_one(r, c, atol, rtol)
         if got.ok:
             max_abs, max_rel = max(max_abs, got.max_abs or 0.0), max(max_rel, got.max_rel or 0.0)
@@ -137,10 +185,10 @@ def compare_fair(reference: Sequence[np.ndarray], reference_f32: Sequence[np.nda
         mine = float(np.max(np.abs(c64[finite] - t64[finite]), initial=0.0))
         if mine > own * (1.0 + rtol) + atol or _uncorrelated_stats(_stats(t64[finite], c64[finite]), r.dtype):
             return Comparison(False, got.max_abs, got.max_rel, f"{first.reason}; against the float32 reference its error "
-                              f"{mine:.3g} exceeds the {r.dtype.name} reference's own {own:.3g}")
+                              f"{mine:.3g} exceeds the {r.dtype.name} reference's own {own:.3g}", first.notes)
         max_abs, max_rel = max(max_abs, got.max_abs), max(max_rel, got.max_rel or 0.0)
     return Comparison(True, max_abs, max_rel, f"passed by the low-precision rule: error against the float32 reference no "
-                      f"worse than the {reference[0].dtype.name} reference's own")
+                      f"worse than the {reference[0].dtype.name} reference's own", tuple(notes))
 
 
 #: the float32 rule's factors: a candidate's worst error against the float64 reference may be this many times the
@@ -166,8 +214,9 @@ def compare_fair_f64(reference: Sequence[np.ndarray], reference_f64: Sequence[np
         return first
     max_abs = max_rel = 0.0
     words = []
+    notes: list[str] = []
     for k, (r, r64, c) in enumerate(zip(reference, reference_f64, candidate)):
-        atol, rtol = tolerance.for_output(k)
+        atol, rtol = _tolerance(tolerance, k, r, notes, len(reference))
         got = compare_one(r, c, atol, rtol)
         if got.ok:
             max_abs, max_rel = max(max_abs, got.max_abs or 0.0), max(max_rel, got.max_rel or 0.0)
@@ -195,12 +244,13 @@ def compare_fair_f64(reference: Sequence[np.ndarray], reference_f64: Sequence[np
                 _uncorrelated_stats(stats, r.dtype):
             return Comparison(False, got.max_abs, got.max_rel, f"{first.reason}; against the reference computed in float64 "
                               f"its error (worst {mine_max:.3g}, RMS {mine_rms:.3g}) exceeds {F32_MAX_FACTOR:g}x / "
-                              f"{F32_RMS_FACTOR:g}x the float32 reference's own (worst {own_max:.3g}, RMS {own_rms:.3g})")
+                              f"{F32_RMS_FACTOR:g}x the float32 reference's own (worst {own_max:.3g}, RMS {own_rms:.3g})",
+                              first.notes)
         words.append(f"worst {mine_max:.3g} vs own {own_max:.3g}, RMS {mine_rms:.3g} vs own {own_rms:.3g}")
         max_abs, max_rel = max(max_abs, got.max_abs), max(max_rel, got.max_rel or 0.0)
     return Comparison(True, max_abs, max_rel, "passed by the float32 rule: against the reference computed in float64 "
                       f"its error is within {F32_MAX_FACTOR:g}x (worst) and {F32_RMS_FACTOR:g}x (RMS) the float32 "
-                      f"reference's own, + atol ({'; '.join(words)})")
+                      f"reference's own, + atol ({'; '.join(words)})", tuple(notes))
 
 
 def check_inputs(pristine: Sequence[np.ndarray], after: Mapping[int, np.ndarray]) -> str | None:

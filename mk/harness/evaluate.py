@@ -742,7 +742,7 @@ def _compare(run: _Run, scale: str, inputs: list[np.ndarray], expected: list[np.
     a float32 reference against itself in float64), each stated in the verdict's flags when it passes a case."""
     cmp = compare_outputs(expected, got, run.task.tolerance)
     if cmp.ok or len(got) != len(expected):
-        return cmp
+        return _noted(run, cmp)
     if any(low_precision(e.dtype) for e in expected):
         f32 = _refs(run).compute_f32(scale, inputs)
         if f32 is not None:
@@ -753,6 +753,15 @@ def _compare(run: _Run, scale: str, inputs: list[np.ndarray], expected: list[np.
             cmp = compare_fair_f64(expected, f64, got, run.task.tolerance)
     if cmp.ok:
         run.flags.append(f"{what}: {cmp.reason}")
+    return _noted(run, cmp)
+
+
+def _noted(run: _Run, cmp: Comparison) -> Comparison:
+    """``cmp``, its notes (a tolerance tightened so it can reject) added to the verdict's flags once per run."""
+    for note in cmp.notes:
+        flag = f"tolerance: {note}"
+        if flag not in run.flags:
+            run.flags.append(flag)
     return cmp
 
 

@@ -38,7 +38,24 @@ BENIGN_TARGETS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFull
                             "MoveToHost", "MoveToDevice", "X64Combine", "X64SplitLow", "X64SplitHigh"})
 #: jaxpr primitives that run host Python during the computation
 CALLBACK_PRIMITIVES = frozenset({"pure_callback", "io_callback", "debug_callback", "debug_print", "callback", "host_callback"})
-_LOW_PRECISIONS = ("DEFAULT", "HIGH", "BF16", "FASTEST", "ANY_F32")
+#: dot precisions (``lax.Precision`` names and ``DotAlgorithmPreset`` names) that keep float32 accuracy on every
+#: chip; anything else, no precision at all included, is lowered as one bf16 pass by Mosaic and as TF32 by Triton
+_FULL_PRECISIONS = frozenset({"HIGHEST", "F32_F32_F32", "BF16_BF16_F32_X6", "TF32_TF32_F32_X3", "F64_F64_F64"})
+#: element types, by their dtype names, whose products need a full-precision dot (complex64 is float32 pairs)
+_WIDE_FLOATS = frozenset({"float32", "complex64", "float64", "complex128"})
+
+
+def precision_names(precision: Any) -> list[str]:
+    """The names of a ``dot_general`` precision parameter, one per operand (``None`` where none was given)."""
+    if isinstance(precision, tuple):
+        return [str(p).rsplit(".", 1)[-1] for p in precision]
+    return [str(precision).rsplit(".", 1)[-1]]
+
+
+def full_precision(precision: Any) -> bool:
+    """Whether a dot with this precision parameter runs at float32 accuracy as lowered for a TPU and a GPU: only
+    HIGHEST (or an f32-exact algorithm) on every operand; ``None`` and ``DEFAULT`` are one bf16 pass on Mosaic."""
+    return precision is not None and all(n in _FULL_PRECISIONS for n in precision_names(precision))
 
 
 # --- the tracer side: jaxpr walks ------------------------------------------------
@@ -150,7 +167,8 @@ def callbacks(jaxpr: Any) -> list[str]:
 
 
 def low_precision_kernel_dots(jaxpr: Any) -> list[str]:
-    """In-kernel ``dot_general`` on float32 operands at a precision below HIGHEST (one bf16 pass on a TPU)."""
+    """In-kernel ``dot_general`` on float32 (or complex64) operands at a precision below HIGHEST, none given
+    included: Mosaic lowers ``precision=None`` as one bf16 pass, Triton as TF32."""
     found = []
     for eqn in pallas_eqns(jaxpr):
         body = eqn.params["jaxpr"]
@@ -159,9 +177,8 @@ def low_precision_kernel_dots(jaxpr: Any) -> list[str]:
                 continue
             dtypes = {str(getattr(v.aval, "dtype", "")) for v in inner.invars}
             precision = inner.params.get("precision")
-            names = [str(p).rsplit(".", 1)[-1] for p in (precision if isinstance(precision, tuple) else (precision,))]
-            if "float32" in dtypes and any(n in _LOW_PRECISIONS for n in names):
-                found.append(f"{kernel_label(eqn)}: dot_general precision={'/'.join(names)}")
+            if dtypes & _WIDE_FLOATS and not full_precision(precision):
+                found.append(f"{kernel_label(eqn)}: dot_general precision={'/'.join(precision_names(precision))}")
     return found
 
 
@@ -256,7 +273,7 @@ def foreign_calls(sites: Sequence[CallSite], target: str) -> list[CallSite]:
 
 
 def low_precision_xla_dots(module_text: str) -> int:
-    """Dots and convolutions on float32 operands that XLA runs below HIGHEST precision (no ``precision`` or
+    """Dots and convolutions on float32 (complex64 included) operands that XLA runs below HIGHEST precision (no ``precision`` or
     not all ``HIGHEST``: one bf16 pass on a TPU, TF32 on a recent GPU; the CPU ignores it). Kernel bodies are
     opaque custom calls, so every one found here runs outside kernels."""
     from jax._src.lib.mlir import ir
@@ -273,7 +290,7 @@ def low_precision_xla_dots(module_text: str) -> int:
                         if name in ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"):
                             types = {str(ir.RankedTensorType(v.type).element_type) for v in child.operands[:2]}
                             precision = str(child.attributes["precision_config"]) if "precision_config" in child.attributes else ""
-                            if "f32" in types and (not precision or precision.count("HIGHEST") < 2):
+                            if any("f32" in t or "f64" in t for t in types) and (not precision or precision.count("HIGHEST") < 2):
                                 found += 1
                         visit(child.operation)
 
@@ -620,10 +637,10 @@ def work(exported: Any) -> Work:
                 k = 1
                 for d in _dims(str(op.attributes["dot_dimension_numbers"]), "lhs_contracting_dimensions"):
                     k *= lhs.shape[d]
-                return 2.0 * _size(ir, op.results[0].type) * k
+                return 2.0 * _size(ir, op.results[0].type) * k * _complex_factor(lhs)
             if short == "dot":
                 lhs = ir.RankedTensorType(op.operands[0].type)
-                return 2.0 * _size(ir, op.results[0].type) * (lhs.shape[-1] if lhs.shape else 1)
+                return 2.0 * _size(ir, op.results[0].type) * (lhs.shape[-1] if lhs.shape else 1) * _complex_factor(lhs)
             if short == "convolution":
                 return 2.0 * _size(ir, op.results[0].type) * _conv_macs_per_output(ir, op)
             if short in ("reduce", "reduce_window", "select_and_scatter"):
@@ -641,6 +658,11 @@ def work(exported: Any) -> Work:
 
         out.flops = func_cost("main")
         return out
+
+
+def _complex_factor(t: Any) -> float:
+    """Real multiply-adds per element product: a complex product is four real ones."""
+    return 4.0 if str(t.element_type).startswith("complex") else 1.0
 
 
 @dataclass(frozen=True)
