@@ -237,6 +237,8 @@ EXPECTED = [
     Expect("r8_control_bwd_xla_dw.py", "grms_ci", "tpu", ("correct",), r"matches the reference's VJP"),
     Expect("r9_bwd_dma_race.py", "grms_ci", "tpu", ("rejected",), r"TPU-interpreter check of the backward.*race detector found a data race"),
     Expect("r10_precision_none_in_kernel.py", "mm", "tpu", ("rejected",), r"precision=None.*HIGHEST"),
+    Expect("r10_triton_race_zero_times_k.py", "mm", "gpu", ("rejected",), r"grid points \(0, 0, 0\) and \(0, 0, 1\) both write.*Triton runs grid points concurrently"),
+    Expect("r10_control_triton_atomic_splitk.py", "mm", "gpu", ("correct",), r"all \d+ cases match"),
     Expect("r10_precision_complex_outside.py", "mm", "tpu", ("rejected",), r"float32 dot outside the kernels runs below HIGHEST"),
 ]
 
