@@ -183,7 +183,7 @@ def auto_tpu_no_device() -> dict[str, Any]:
 
 
 def beam_2x2() -> dict[str, Any]:
-    import test_search_support as sup
+    import search_support as sup
     from fake_gemini import Agents, FakeGemini
 
     from mk.lm import Accountant
@@ -212,7 +212,7 @@ def beam_2x2() -> dict[str, Any]:
         correct = len({s["code"] for s in snaps if s["status"] == "correct"})
         return _measure("beam_2x2", fake, accountant, correct, {
             "nodes": len(res.nodes), "node_statuses": {n.key: n.status for n in res.nodes}, "stop_reason": res.stop_reason,
-            "judge": "stub (tests/test_search_support.py): the search's calls are under test, not the harness"})
+            "judge": "stub (tests/search_support.py): the search's calls are under test, not the harness"})
 
 
 def main(argv: list[str] | None = None) -> int:

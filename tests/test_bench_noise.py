@@ -65,12 +65,12 @@ def test_a_resumed_bench_reports_spread_and_ties_for_every_row(tmp_path):
 
     from mk.bench import BenchConfig, run_bench
     from mk.bench.runner import BenchInterrupted
-    from test_bench_run import TANH, ScriptedAuthor, _suite
+    from bench_support import TANH, ScriptedAuthor, _suite
 
     class Tanhs(ScriptedAuthor):
         def plan(self, ctx):
             if self.queue is None and ctx.task.name.startswith("tanh"):
-                from test_bench_run import GOOD
+                from bench_support import GOOD
 
                 self.queue = [("good", GOOD)]
             return super().plan(ctx)

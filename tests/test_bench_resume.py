@@ -16,7 +16,7 @@ import pytest
 from child_signals import default_signals
 from mk.store import Store
 
-from test_bench_run import RMS, TANH, _suite
+from bench_support import RMS, TANH, _suite
 
 pytestmark = pytest.mark.slow
 

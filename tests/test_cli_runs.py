@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import test_search_support as sup
+import search_support as sup
 from mk.cli import main
 from mk.loaders import load_task
 from mk.programs.search import Search

@@ -19,8 +19,7 @@ from mk.programs.auto import Auto
 from mk.programs.lm_author import LMAuthor
 from mk.store import Store
 
-from test_lm_author import BROKEN, EXAMPLES, KERNEL, STOP
-from test_lm_feedback import PLAN_A, Agents, gemini, prompts
+from lm_fakes import BROKEN, EXAMPLES, KERNEL, PLAN_A, STOP, Agents, gemini, prompts
 
 
 @pytest.fixture(autouse=True)
@@ -130,7 +129,7 @@ class _FixingAuthor:
 
 
 def _judge(task, candidate, **kw):
-    import test_search_support as sup
+    import search_support as sup
     from mk.harness.results import EvalResult
 
     if candidate.source.startswith("# broken"):
@@ -142,7 +141,7 @@ def _judge(task, candidate, **kw):
 def test_a_search_node_keeps_its_lessons_with_its_node_and_a_later_node_recalls_them(tmp_path):
     """A worker holds no store: the node's fix and plan lessons come back with its result and are kept with the
     node's id; the next search's worker is given the live lessons and its fixer recalls the fix."""
-    import test_search_support as sup
+    import search_support as sup
     from mk.programs.search import Search
 
     task = load_task(str(sup.write_task(tmp_path)))

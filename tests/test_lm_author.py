@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
-from pathlib import Path
 
 import dspy
 import numpy as np
 import pytest
 from dspy.clients.cache import Cache
-from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
-from dspy.utils.dummies import DummyLM
+from lm_fakes import BROKEN, CONTINUE, EXAMPLES, KERNEL, PLAN, STOP, FakeKnowledge, ScriptedLM, fresh_dspy, script
 
 from mk.author import ANNOUNCEMENT
 from mk.author.adapter import OfflineAuthorAdapter
@@ -28,94 +25,15 @@ from mk.programs.auto import Auto, Context, Plan, Snapshot
 from mk.programs.lm_author import LMAuthor, hardware_brief, plan_name, synthesize_cases, task_brief
 from mk.store import Store
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-PLAN = {"approach": "jax", "strategy": "Compute the mean of squares in f32 and scale in one fused pass over x.",
-        "tiling": {}, "memory_placement": "", "pipelining": "", "expected_speedup": 1.2, "risks": ["bf16 rounding"]}
-# a trace-time shape error: the harness reports a compile error and the fixer gets the traceback
-BROKEN = '''
-import jax
-import jax.numpy as jnp
-
-
-def kernel(x, weight, eps):
-    x32 = x.astype(jnp.float32)
-    ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
-    return (x32 * jax.lax.rsqrt(ms + eps) @ weight[:3]).astype(x.dtype)
-'''
-KERNEL = '''
-import jax
-import jax.numpy as jnp
-
-
-def kernel(x, weight, eps):
-    x32 = x.astype(jnp.float32)
-    ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
-    return (x32 * jax.lax.rsqrt(ms + eps) * weight).astype(x.dtype)
-'''
-STOP = {"bottleneck": "memory", "evidence": "one read and one write of x; at the memory floor", "next_step": "",
-        "decision": "stop", "expected_gain": 1.0}
-CONTINUE = {"bottleneck": "memory", "evidence": "HBM at 40% of peak", "next_step": "fuse the cast into the load",
-            "decision": "continue", "expected_gain": 1.3}
-
-
-class _ScriptedEngine(DummyEngine):
-    def _complete_messages(self, messages):
-        owner = self.owner
-        asked = re.search(r"starting with the field `\[\[ ## (\w+) ## \]\]`", messages[-1]["content"])
-        field = asked.group(1) if asked else "?"
-        owner.asked.append(field)
-        queue = owner.script.get(field) or [{}]
-        owner.answers = iter([queue.pop(0) if len(queue) > 1 else queue[0]])  # the last answer repeats
-        return super()._complete_messages(messages)
-
-
-class ScriptedLM(DummyLM):
-    """Answers by the output field the prompt asks for first (plan, code, fixed_code, analysis, test_cases)."""
-
-    def __init__(self, script: dict[str, list[dict]]):
-        super().__init__([])
-        self.script = {k: list(v) for k, v in script.items()}
-        self.asked: list[str] = []
-        self._engine_spec = _ScriptedEngine(self)
-        self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
-
-    def copy(self, **kwargs):  # copies (lm.copy(rollout_id=...)) share the script, as a real LM's share its provider
-        copied = super().copy(**kwargs)
-        copied._engine_spec, copied._async_engine_spec = self._engine_spec, self._async_engine_spec
-        return copied
-
-
-class FakeKnowledge:
-    def __init__(self):
-        self.queries: list[str] = []
-
-    def retrieve(self, query: str, k: int = 5) -> str:
-        self.queries.append(query)
-        return "[1] Pallas handbook: fuse elementwise work into the reduction pass (handbook.md#fuse)"
-
-
 @pytest.fixture(autouse=True)
 def _fresh_dspy(monkeypatch):
-    monkeypatch.setattr(dspy, "cache", Cache(False, True, None))
-    yield
-    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    yield from fresh_dspy(monkeypatch)
 
 
 @pytest.fixture(scope="module")
 def task():
     t = load_task(str(EXAMPLES / "rmsnorm.py"))
     return t.with_scales({"ci": t.scale("ci")})
-
-
-def script(**overrides):
-    base = {"plan": [{"plan": PLAN}], "code": [{"code": KERNEL, "config_space": {}}],
-            "fixed_code": [{"fixed_code": KERNEL, "explanation": "weight has the hidden size; scale elementwise"}],
-            "analysis": [{"analysis": STOP}],
-            "test_cases": [{"test_cases": [{"name": "ragged", "shapes": [[1, 5, 256], [256]],
-                                            "dtypes": ["bfloat16", "float32"], "rationale": "rows not a multiple of 8"}]}]}
-    base.update(overrides)
-    return ScriptedLM(base)
 
 
 def test_auto_with_lm_author_end_to_end(tmp_path, task):

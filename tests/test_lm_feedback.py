@@ -3,16 +3,13 @@ talking to a local fake Gemini (tests/fake_gemini.py) that answers each sub-agen
 
 from __future__ import annotations
 
-import copy
 import logging
 
-import dspy
 import jax.numpy as jnp
 import pytest
-from dspy.clients.cache import Cache
-from dspy.dsp.utils.settings import DEFAULT_CONFIG
 
-from fake_gemini import Agents, FakeGemini  # noqa: F401 - Agents: also imported from here by other tests
+from fake_gemini import Agents, FakeGemini
+from lm_fakes import BROKEN, EXAMPLES, KERNEL, PLAN_A, STOP, fresh_dspy, gemini, prompts
 from mk.candidate import Candidate
 from mk.gemini import gemini_lm
 from mk.harness import evaluate
@@ -26,10 +23,7 @@ from mk.programs.lm_author import (GPU_SKELETON, TPU_SKELETON, LMAuthor, _chip_r
 from mk.signatures import FixCompileError, ImplementKernel, Plan
 from mk.task import ArgSpec, Scale, Task, Tolerance
 
-from test_lm_author import BROKEN, EXAMPLES, KERNEL, STOP
 
-PLAN_A = {"approach": "jax", "strategy": "Compute the mean of squares in f32 and scale in one fused pass over x.",
-          "tiling": {}, "memory_placement": "", "pipelining": "", "expected_speedup": 1.2, "risks": []}
 PLAN_B = {**PLAN_A, "strategy": "Use rsqrt on the row statistics and multiply by the weight broadcast over rows."}
 # compiles, but the weight is ignored: the suite says incorrect
 WRONG = KERNEL.replace(" * weight)", ")")
@@ -49,26 +43,15 @@ def kernel(x, weight, eps):
 '''
 
 
-def prompts(fake: FakeGemini, field: str) -> list[str]:
-    return [s.prompt for s in fake.seen if s.asked == field]
-
-
 @pytest.fixture(autouse=True)
 def _fresh_dspy(monkeypatch):
-    monkeypatch.setattr(dspy, "cache", Cache(False, True, None))
-    yield
-    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    yield from fresh_dspy(monkeypatch)
 
 
 @pytest.fixture
 def fake():
     with FakeGemini() as server:
         yield server
-
-
-def gemini(fake: FakeGemini, accountant: Accountant | None = None):
-    base = gemini_lm("gemini-2.5-flash", api_key="test-key", base_url=fake.base_url, timeout_s=20, num_retries=0, cache=False)
-    return accounted(base, accountant or Accountant())
 
 
 @pytest.fixture(scope="module")
@@ -268,11 +251,11 @@ def test_beam_search_width_2_depth_2_repeats_no_planner_prompt(fake, tmp_path):
     """A beam search (width 2, depth 2, two iterations per node) whose model keeps proposing the same strategies:
     no planner prompt is sent twice, and no implementer call is answered from DSPy's cache (a plan another
     branch took is drawn as a fresh sample)."""
-    import test_search_support as sup
+    import search_support as sup
     from mk.programs.search import Search
     from mk.store import Store
 
-    from test_lm_author import CONTINUE
+    from lm_fakes import CONTINUE
 
     task = load_task(str(sup.write_task(tmp_path)))
     strategies = ["Fold the doubling into one tanh pass and scale once at the end of the row.",

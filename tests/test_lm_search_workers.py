@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-import test_search_support as sup
+import search_support as sup
 from fake_gemini import FakeGemini
 from mk.authors import resolve_author
 from mk.loaders import load_task
 from mk.programs.search import Search
 from mk.store import Store
 
-from test_lm_feedback import Agents
+from fake_gemini import Agents
 
 pytestmark = pytest.mark.slow
 

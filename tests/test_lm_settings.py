@@ -19,8 +19,7 @@ from mk.lm import resolve_lm
 from mk.loaders import load_task
 from mk.programs.auto import Auto
 
-from test_lm_author import BROKEN, EXAMPLES, KERNEL, STOP
-from test_lm_feedback import PLAN_A, Agents
+from lm_fakes import BROKEN, EXAMPLES, KERNEL, PLAN_A, STOP, Agents
 
 
 @pytest.fixture(autouse=True)

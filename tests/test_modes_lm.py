@@ -3,6 +3,9 @@ judged correct by the harness, and one SQL query shows a run's graph, snapshots,
 
 from __future__ import annotations
 
+import pytest
+from lm_fakes import EXAMPLES, fresh_dspy, script
+
 from mk.authors import resolve_author
 from mk.candidate import Candidate
 from mk.harness import evaluate
@@ -10,8 +13,6 @@ from mk.job import optimize_task
 from mk.loaders import load_task
 from mk.programs.session import Session
 from mk.store import Store
-
-from test_lm_author import EXAMPLES, _fresh_dspy, script  # noqa: F401 - the fixture applies here too
 
 ONE_QUERY = """
 select r.id, r.mode, r.status,
@@ -23,6 +24,11 @@ select r.id, r.mode, r.status,
        (select coalesce(sum(c.input_tokens + c.output_tokens), 0) from lm_calls c where c.run_id = r.id) as tokens
 from runs r where r.id = ?
 """
+
+@pytest.fixture(autouse=True)
+def _fresh_dspy(monkeypatch):
+    yield from fresh_dspy(monkeypatch)
+
 
 
 def _task():

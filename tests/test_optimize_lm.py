@@ -14,9 +14,15 @@ from mk.job import optimize_task
 from mk.loaders import load_task
 from mk.store import Store
 
-from test_lm_author import EXAMPLES, _fresh_dspy, script  # noqa: F401 - the fixture applies here too
+from lm_fakes import EXAMPLES, fresh_dspy, script
 
 RMSNORM = str(EXAMPLES / "rmsnorm.py")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dspy(monkeypatch):
+    yield from fresh_dspy(monkeypatch)
+
 
 
 def test_optimize_task_with_an_lm_object(tmp_path):
@@ -75,7 +81,7 @@ def test_a_persistent_rate_limit_ends_the_run_failed_with_the_best_kernel_writte
     """The model answers the first iteration (a correct kernel, then 'continue'), then rate-limits for good."""
     from dspy.utils.exceptions import LMRateLimitError
 
-    from test_lm_author import CONTINUE
+    from lm_fakes import CONTINUE
 
     lm = script(analysis=[{"analysis": CONTINUE}])
     engine = lm._engine_spec

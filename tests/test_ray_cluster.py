@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-import test_search_support as sup
+import search_support as sup
 from fake_gemini import Agents, FakeGemini
 from mk.store import Store
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import test_search_support as sup
+import search_support as sup
 from mk.errors import ConfigError
 from mk.loaders import load_task
 from mk.programs.search import Search, SearchConfig
@@ -55,7 +55,7 @@ def test_beam_expands_the_best_and_never_reevaluates_a_duplicate(task, tmp_path)
         assert len(store.snapshots(res.run_id)) == 6
         run = store.get_run(res.run_id)
         assert run["status"] == "correct" and "best: node n1.2" in run["reason"]
-        assert run["config"]["settings"]["algorithm"] == "beam" and run["config"]["author"] == "test_search_support:ScriptedAuthor"
+        assert run["config"]["settings"]["algorithm"] == "beam" and run["config"]["author"] == "search_support:ScriptedAuthor"
 
 
 def test_greedy_follows_one_line_and_children_see_the_lineage(task, tmp_path):
@@ -112,7 +112,7 @@ def test_ray_backend_without_ray_is_a_config_error(monkeypatch):
 
 KILL_SCRIPT = textwrap.dedent("""
     import json, sys
-    import test_search_support as sup
+    import search_support as sup
     from mk.loaders import load_task
     from mk.programs.search import Search
     from mk.store import Store
@@ -173,7 +173,7 @@ def test_sigkill_mid_search_then_resume_loses_and_redoes_nothing(task, tmp_path)
 def test_process_pool_with_the_real_harness(task, tmp_path):
     """Spawned workers reload the task from its locator and judge with the real harness; the orchestrator writes."""
     with Store.open(tmp_path / "s.duckdb") as store:
-        res = Search("test_search_support:ScriptedAuthor", algorithm="beam", depth=1, branches=3, target="cpu", workers="process",
+        res = Search("search_support:ScriptedAuthor", algorithm="beam", depth=1, branches=3, target="cpu", workers="process",
                      max_workers=2, store=store, tune=False).run(task)
         evals = store.query("SELECT node_id, status FROM evaluations WHERE run_id = ?", [res.run_id])
     verdicts = {n.plan: n.status for n in res.nodes}

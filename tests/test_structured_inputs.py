@@ -20,7 +20,7 @@ import pytest
 from mk.harness import evaluate
 from mk.harness.heldout import heldout_scales
 from mk.suite import load_builtin
-from test_suite_production import FACTS, f64
+from jaxbench_numpy import FACTS, f64
 
 STRUCTURED = Path(__file__).parent / "structured"
 TASKS = ("6p_Paged_Attention", "7p_Ragged_Paged_Attention", "11p_Megablox_GMM", "13p_Cross_Entropy")
