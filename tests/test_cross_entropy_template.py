@@ -205,3 +205,44 @@ def test_evaluate_is_correct():
     prop = cross_entropy.propose(task, trace_scales(task), "tpu")
     res = evaluate(task, prop.source, target="tpu", measure=False)
     assert res.status == "correct", res.reason
+
+
+def _per_token_one_hot(x, w, labels):
+    logp = jax.nn.log_softmax(jnp.dot(x, w).astype(jnp.float32), axis=-1)
+    return -jnp.sum(jax.nn.one_hot(labels, w.shape[1]) * logp, axis=-1)
+
+
+def _per_token_take(x, w, labels):
+    logp = jax.nn.log_softmax(jnp.dot(x, w).astype(jnp.float32), axis=-1)
+    return -jnp.take_along_axis(logp, labels[:, None], axis=-1)[:, 0]
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("ref,low,high", [
+    (_per_token_one_hot, "zero", "zero"),   # a one-hot of an out-of-range label is all zeros: loss 0
+    (_per_token_take, "wrap", "nan"),       # take_along_axis: negative labels wrap, too large ones fill NaN
+    (_one_hot_sum, "zero", "zero"),
+])
+def test_labels_outside_the_vocabulary_get_the_references_loss(ref, low, high, target):
+    # labels the suite never draws (ignore-index padding -1, V, a label past the padded vocabulary): the written
+    # kernel reproduces what the reference does there, forward and backward, instead of a finite loss of its own
+    task = _task(ref)
+    prop = cross_entropy.propose(task, trace_scales(task), target)
+    assert f"({low} below 0, {high} at V or above)" in prop.source
+    ns = {}
+    exec(compile(prop.source, "candidate", "exec"), ns)
+    x, w, labels = task.make_inputs("ci", 5, "normal")
+    labels = np.asarray(labels).copy()
+    labels[:6] = [-1, V, V + 100, -V, 2 * V, -3]
+    want = np.asarray(jax.jit(ref)(x, w, labels), np.float32)
+    env = get_target(target)
+    ct = jnp.ones(want.shape, jnp.float32)
+    with env.execution():
+        got = np.asarray(jax.jit(ns["kernel"])(x, w, labels), np.float32)
+        dx, dw = jax.jit(lambda c, a, b: ns["kernel_bwd"](c, a, b, labels)[:2])(ct, x, w)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], atol=2e-2, rtol=2e-2)
+    # the backward: the reference's VJP, no gradient through a token whose label is outside [0, V)
+    rdx, rdw = jax.vjp(lambda a, b: ref(a, b, labels), x, w)[1](ct.astype(want.dtype))
+    np.testing.assert_allclose(np.asarray(dx, np.float32), np.asarray(rdx, np.float32), atol=2e-2, rtol=5e-2)
+    np.testing.assert_allclose(np.asarray(dw, np.float32), np.asarray(rdw, np.float32), atol=2e-2, rtol=5e-2)

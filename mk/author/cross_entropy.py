@@ -10,7 +10,11 @@ output, a scalar (mean or sum over tokens) or per-token losses. The sign and
 the mean/sum factor are then fitted by probing the reference at its smallest
 scale against ``lse(logits) - logits[label]`` (and checked on a second draw),
 so label smoothing, z-loss, ignore-index masks or extra weights are declined
-instead of silently dropped.
+instead of silently dropped. Labels outside ``[0, V)`` (padding's -1, a label
+past the vocabulary) are probed too (:func:`fit_labels`): the written kernel
+gives the reference's loss there (0 for a one-hot, NaN or a wrapped label for
+``take_along_axis``, a clamped label) and no gradient through such a token, or
+the family declines; the kernels never pick a padded column.
 
 The kernels are importable code in :mod:`mk.kernels.cross_entropy` (``ce_fwd_tpu`` /
 ``ce_fwd_gpu`` for the forward, ``ce_bwd_tpu`` / ``ce_bwd_gpu`` for the
@@ -236,6 +240,59 @@ def fit(task: Task, traced: list[Traced], pat: CEPattern) -> tuple[str, float]:
     return found  # type: ignore[return-value]
 
 
+#: what a reference does with a label outside [0, V), per side: the token's loss is 0 (a one-hot of an out-of-range
+#: label is all zeros), NaN (take_along_axis fills), the label wraps by V (numpy's negative indices) or is clamped
+LABEL_RULES = ("zero", "nan", "wrap", "clamp")
+
+
+@dataclass(frozen=True)
+class LabelRange:
+    """The reference's behaviour for labels below 0 (``low``) and at or above V (``high``), fitted by probing."""
+
+    low: str
+    high: str
+
+
+def fit_labels(task: Task, traced: list[Traced], pat: CEPattern, reduction: str, sign: float) -> LabelRange:
+    """Probe the reference with one token's label set to -1, then to V, and match its output against each rule of
+    :data:`LABEL_RULES` (the kernel then reproduces it); a behaviour that is none of them is declined."""
+    import jax
+
+    t = min(traced, key=lambda t: sum(math.prod(s) for s in t.shapes))
+    ref = jax.jit(task.bind(task.reference, t.scale))
+    xs = _probe_inputs(task, t.scale, pat, 13, False)
+    nll = _nll(pat, xs)
+    lg = _logits(pat, xs)
+    V = lg.shape[1]
+    m = lg.max(axis=1)
+    lse = m + np.log(np.exp(lg - m[:, None]).sum(axis=1))
+    labels = np.asarray(xs[pat.labels])
+    found = []
+    for bad, side in ((-1, "low"), (V, "high")):
+        probe = list(xs)
+        lab = labels.copy()
+        lab[0] = bad
+        probe[pat.labels] = lab.astype(labels.dtype)
+        out = np.asarray(ref(*probe), np.float64).reshape(-1)
+        per = {"zero": 0.0, "nan": math.nan, "wrap": lse[0] - lg[0, bad % V], "clamp": lse[0] - lg[0, min(max(bad, 0), V - 1)]}
+        rules = []
+        for rule, first in per.items():
+            want_tokens = nll.copy()
+            want_tokens[0] = first
+            want = {"mean": sign * want_tokens.mean(keepdims=True), "sum": sign * want_tokens.sum(keepdims=True)}.get(
+                reduction, sign * want_tokens)
+            if want.size != out.size:
+                continue
+            if (np.isnan(want) == np.isnan(out)).all() and np.allclose(out[~np.isnan(out)], want[~np.isnan(want)],
+                                                                        atol=5e-2, rtol=2e-2):
+                rules.append(rule)
+        if not rules:
+            raise Unsupported(f"the reference's loss for a label {'below 0' if side == 'low' else 'at V or above'} is "
+                              "none of: 0, NaN, the label wrapped by V, the label clamped; the kernel could not match it")
+        found.append(rules[0])
+    return LabelRange(*found)
+
+
 def _tpu_space(traced: list[Traced], pat: CEPattern) -> dict[str, list[int]]:
     H = max(t.shapes[pat.x][1 if pat.x_tokens_first else 0] for t in traced)
     T = max(t.shapes[pat.x][0 if pat.x_tokens_first else 1] for t in traced)
@@ -268,6 +325,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
             raise Unsupported("the cross-entropy layout changes between scales")
     try:
         reduction, sign = fit(task, traced, pat)
+        labels = fit_labels(task, traced, pat, reduction, sign)
     except Unsupported:
         raise
     except Exception as exc:  # the reference failed on probe inputs: decline, never crash the author
@@ -277,7 +335,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         space = _gpu_space(traced, pat)
         return Proposal(
             name="cross-entropy-gpu",
-            source=with_backward(_render(task, pat, reduction, sign, space, target), task, pat, reduction, sign, target),
+            source=with_backward(_render(task, pat, reduction, sign, space, target, labels), task, pat, reduction, sign,
+                                 target, labels),
             rationale=f"fused LM-head cross-entropy ({kind}), Pallas Triton: one program per token block loops over "
             "vocabulary blocks (and hidden chunks) with an online log-sum-exp in registers; logits never reach HBM; "
             "per-token losses reduced in jnp; " + _BACKWARD_PLAN,
@@ -286,7 +345,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     space = _tpu_space(traced, pat)
     return Proposal(
         name="cross-entropy-tpu",
-        source=with_backward(_render(task, pat, reduction, sign, space, target), task, pat, reduction, sign, target),
+        source=with_backward(_render(task, pat, reduction, sign, space, target, labels), task, pat, reduction, sign,
+                                 target, labels),
         rationale=f"fused LM-head cross-entropy ({kind}): online log-sum-exp over vocabulary blocks, logits tiles "
         "computed in VMEM and never written to HBM; per-token losses reduced in jnp; " + _BACKWARD_PLAN,
         template="cross_entropy",
@@ -347,8 +407,30 @@ _GPU_TEXT = ("One program per token block. A lax.fori_loop over vocabulary block
              "mk/kernels/cross_entropy/gpu.py, copied in below.")
 
 
+def _label_lines(pat: CEPattern, names: list[str], labels: LabelRange) -> list[str]:
+    """``kernel``'s and ``kernel_bwd``'s first lines: the labels as the reference reads them (wrapped or clamped
+    where it does so), ``valid`` for those inside [0, V), and ``picked``: valid labels, -1 elsewhere (no column)."""
+    w = names[pat.w]
+    lines = [f"    vocab = {w}.shape[{0 if pat.w_vocab_first else 1}]", f"    labels = {names[pat.labels]}"]
+    if labels.low == "wrap":
+        lines.append("    labels = jnp.where(labels < 0, labels + vocab, labels)  # as the reference: negative labels wrap")
+    elif labels.low == "clamp":
+        lines.append("    labels = jnp.maximum(labels, 0)  # as the reference: clamped")
+    if labels.high == "wrap":
+        lines.append("    labels = jnp.where(labels >= vocab, labels - vocab, labels)  # as the reference: labels wrap")
+    elif labels.high == "clamp":
+        lines.append("    labels = jnp.minimum(labels, vocab - 1)  # as the reference: clamped")
+    lines += ["    valid = (labels >= 0) & (labels < vocab)",
+              "    picked = jnp.where(valid, labels, -1).astype(labels.dtype)  # -1 picks no column"]
+    return lines
+
+
+def _fill(rule: str) -> str:
+    return "0.0" if rule == "zero" else "jnp.nan"
+
+
 def _render(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict[str, list[int]],
-            target: str = "tpu") -> str:
+            target: str = "tpu", labels: LabelRange = LabelRange("zero", "zero")) -> str:
     """The written file's forward: its head, mk/kernels/cross_entropy/<target>.py copied in, and ``kernel`` (the
     layout flags, the logits dtype, then the reduction and sign over the per-token losses)."""
     from mk.author.emit import family_section, file_head
@@ -378,9 +460,15 @@ def _render(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict
         "",
         "",
         f"def kernel({signature(task, cfg)}):",
-        f"    per_token = {'ce_fwd_gpu' if gpu else 'ce_fwd_tpu'}({names[pat.x]}, {names[pat.w]}, {names[pat.labels]}, "
-        "w_vocab_first=W_VOCAB_FIRST, x_tokens_first=X_TOKENS_FIRST,",
+        *_label_lines(pat, names, labels),
+        f"    per_token = {'ce_fwd_gpu' if gpu else 'ce_fwd_tpu'}({names[pat.x]}, {names[pat.w]}, "
+        "jnp.where(valid, labels, 0).astype(labels.dtype),",
+        "                           w_vocab_first=W_VOCAB_FIRST, x_tokens_first=X_TOKENS_FIRST,",
         f"                           logits_dtype=LOGITS_DTYPE, {blocks})",
+        f"    # a label outside [0, V) after that: the reference's loss there ({labels.low} below 0, {labels.high} at V "
+        "or above)",
+        f"    per_token = jnp.where(labels < 0, {_fill(labels.low)}, jnp.where(labels >= vocab, {_fill(labels.high)}, "
+        "per_token))",
         f"    out = {_final(reduction, sign)}",
         f"    return out.reshape({_out_shape(task, pat, names)}).astype({_out_dtype(task)})",
         "",
@@ -393,7 +481,8 @@ _BACKWARD_PLAN = ("backward: mk/kernels/cross_entropy (lse recomputed online ove
                   "c * (softmax - onehot) per tile in a kernel, dx and dW by matmuls)")
 
 
-def with_backward(source: str, task: Task, pat: CEPattern, reduction: str, sign: float, target: str) -> str:
+def with_backward(source: str, task: Task, pat: CEPattern, reduction: str, sign: float, target: str,
+                  labels: LabelRange = LabelRange("zero", "zero")) -> str:
     """The written file with its backward ``kernel_bwd`` (the contract in docs/architecture.md; the kernels of
     mk/kernels/cross_entropy/<target>.py are in the file already, copied in with the forward): the per-token
     cotangent ``c`` from the loss's reduction and sign, then ``(dx, dW)`` in the inputs' own layouts and None for
@@ -425,8 +514,10 @@ def with_backward(source: str, task: Task, pat: CEPattern, reduction: str, sign:
         '    dlogits tiles and the two products (mk/kernels/cross_entropy); one cotangent per input, None for the '
         'labels."""',
         f"    tokens = {lab}.shape[0]",
-        f"    c = {c}",
-        f"    dx, dw = {fn}({x_expr}, {w_expr}, {lab}, c, logits_dtype=jnp.dtype({pat.logits_dtype!r}), precision={prec})",
+        *_label_lines(pat, names, labels),
+        "    # a token whose label is outside [0, V) has a constant loss (0 or NaN): no gradient through it",
+        f"    c = jnp.where(valid, {c}, 0.0)",
+        f"    dx, dw = {fn}({x_expr}, {w_expr}, picked, c, logits_dtype=jnp.dtype({pat.logits_dtype!r}), precision={prec})",
         f"    return ({', '.join(grads)},)",
         "",
     ]
