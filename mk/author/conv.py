@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head, module_body
+from mk.author.ir import xla_precision
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
@@ -471,11 +472,10 @@ def _operand_lines(x_name: str, w_name: str, lhs: Operand, rhs: Operand,
 
 
 def _precision(conv: Any) -> str:
-    prec = conv.params.get("precision")
-    if prec is not None and any(p is not None for p in (prec if isinstance(prec, tuple) else (prec,))):
-        first = prec[0] if isinstance(prec, tuple) else prec
-        return f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
-    return "None"
+    """The precision the written dot states (:func:`mk.author.ir.xla_precision`: HIGHEST for a float32 dot the
+    reference leaves at the default, which a chip would run as one bf16 pass)."""
+    f32 = any(str(getattr(v.aval, "dtype", "")) in ("float32", "complex64") for v in conv.invars)
+    return xla_precision(conv.params.get("precision"), f32)
 
 
 def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand, rhs: Operand,

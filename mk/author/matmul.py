@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head
+from mk.author.ir import xla_precision
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
@@ -264,11 +265,10 @@ _SIGNATURE_ORDER = ("block_m", "block_n", "block_k", "k_splits")
 
 
 def _precision(dot: Any) -> str:
-    prec = dot.params.get("precision")
-    if prec is not None and any(p is not None for p in (prec if isinstance(prec, tuple) else (prec,))):
-        first = prec[0] if isinstance(prec, tuple) else prec
-        return f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
-    return "None"
+    """The precision the written dot states (:func:`mk.author.ir.xla_precision`: HIGHEST for a float32 dot the
+    reference leaves at the default, which a chip would run as one bf16 pass)."""
+    f32 = any(str(getattr(v.aval, "dtype", "")) in ("float32", "complex64") for v in dot.invars)
+    return xla_precision(dot.params.get("precision"), f32)
 
 
 def _operand_args(lhs: Operand, rhs: Operand, w_t: bool, dot: Any) -> str:

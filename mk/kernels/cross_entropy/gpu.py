@@ -34,6 +34,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+
+def _hp(*xs):
+    """HIGHEST for float32 operands (Mosaic runs precision=None as one bf16 pass, Triton as TF32), else None."""
+    return lax.Precision.HIGHEST if any(x.dtype == jnp.float32 for x in xs) else None
+
 _MASKED_LOGIT = -1e30
 
 
@@ -42,7 +47,7 @@ def _ce_pow2(n):
 
 
 def _ce_logits(x, w, col, v, logits_dtype):
-    logits = jnp.dot(x, w, preferred_element_type=jnp.float32).astype(logits_dtype).astype(jnp.float32)
+    logits = jnp.dot(x, w, preferred_element_type=jnp.float32, precision=_hp(x, w)).astype(logits_dtype).astype(jnp.float32)
     return jnp.where(col < v, logits, _MASKED_LOGIT)
 
 
@@ -71,7 +76,7 @@ def _ce_fwd_gpu_kernel(lab_ref, x_ref, w_ref, o_ref, *, block_v, block_h, nv, nh
             else:
                 w = w_ref[pl.ds(h0, block_h), pl.ds(v0, block_v)]
                 dims = (((1,), (0,)), ((), ()))
-            return acc + lax.dot_general(x, w, dims, preferred_element_type=jnp.float32)
+            return acc + lax.dot_general(x, w, dims, preferred_element_type=jnp.float32, precision=_hp(x, w))
 
         acc = lax.fori_loop(0, nh, chunk, jnp.zeros((block_t, block_v), jnp.float32))
         return acc.astype(logits_dtype).astype(jnp.float32)

@@ -45,6 +45,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+
+def _hp(*xs):
+    """HIGHEST for float32 operands (Mosaic runs precision=None as one bf16 pass, Triton as TF32), else None."""
+    return lax.Precision.HIGHEST if any(x.dtype == jnp.float32 for x in xs) else None
+
 _MASKED_LOGIT = -1e30
 
 
@@ -72,7 +77,7 @@ def _ce_fwd_kernel(lab_ref, x_ref, w_ref, o_ref, m_ref, s_ref, p_ref, *, block_v
         p_ref[...] = jnp.zeros(p_ref.shape, jnp.float32)
 
     w_dims = (((1,), (1,)), ((), ())) if w_vocab_first else (((1,), (0,)), ((), ()))
-    logits = lax.dot_general(x_ref[...], w_ref[...], w_dims, preferred_element_type=jnp.float32)
+    logits = lax.dot_general(x_ref[...], w_ref[...], w_dims, preferred_element_type=jnp.float32, precision=_hp(x_ref, w_ref))
     logits = logits.astype(logits_dtype).astype(jnp.float32)
     cols = j * block_v + lax.broadcasted_iota(jnp.int32, logits.shape, 1)
     if masked:

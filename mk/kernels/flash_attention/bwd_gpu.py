@@ -21,6 +21,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+
+def _hp(*xs):
+    """HIGHEST for float32 operands (Mosaic runs precision=None as one bf16 pass, Triton as TF32), else None."""
+    return lax.Precision.HIGHEST if any(x.dtype == jnp.float32 for x in xs) else None
+
 _BWD_MASKED = -1e30
 
 
@@ -29,7 +34,7 @@ def _bwd_pow2(n):
 
 
 def _bwd_tile(q, k, qi, ki, *, scale, causal, block_q, block_k, sk):
-    s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * scale
+    s = jnp.dot(q, k.T, preferred_element_type=jnp.float32, precision=_hp(q, k.T)) * scale
     rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
     cols = ki * block_k + lax.broadcasted_iota(jnp.int32, s.shape, 1)
     keep = cols < sk
@@ -52,7 +57,7 @@ def _fwd_lse_gpu_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, *, nk, **sc):
         alpha = jnp.exp(m - m_new)
         p = jnp.exp(s - m_new[:, None])
         l = alpha * l + jnp.sum(p, axis=1)
-        acc = alpha[:, None] * acc + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        acc = alpha[:, None] * acc + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
         return m_new, l, acc
 
     init = (jnp.full((bq,), _BWD_MASKED, jnp.float32), jnp.zeros((bq,), jnp.float32),
@@ -71,8 +76,8 @@ def _dq_gpu_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref, dq_ref, *, nk, 
         k = k_ref[0, pl.ds(j * bk, bk), :]
         v = v_ref[0, pl.ds(j * bk, bk), :]
         p = jnp.exp(_bwd_tile(q, k, qi, j, **sc) - lse[:, None])
-        ds = p * (jnp.dot(do, v.T, preferred_element_type=jnp.float32) - dl[:, None])
-        return dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * sc["scale"]
+        ds = p * (jnp.dot(do, v.T, preferred_element_type=jnp.float32, precision=_hp(do, v.T)) - dl[:, None])
+        return dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32, precision=_hp(ds.astype(k.dtype), k)) * sc["scale"]
 
     dq_ref[0] = lax.fori_loop(0, nk, step, jnp.zeros(q.shape, jnp.float32)).astype(dq_ref.dtype)
 
@@ -89,9 +94,9 @@ def _dkdv_gpu_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref, dk_ref, dv_re
         lse = lse_ref[0, pl.ds(i * bq, bq)]
         dl = dl_ref[0, pl.ds(i * bq, bq)]
         p = jnp.exp(_bwd_tile(q, k, i, ki, **sc) - lse[:, None])
-        dv = dv + jnp.dot(p.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
-        ds = p * (jnp.dot(do, v.T, preferred_element_type=jnp.float32) - dl[:, None])
-        dk = dk + jnp.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32) * sc["scale"]
+        dv = dv + jnp.dot(p.T.astype(do.dtype), do, preferred_element_type=jnp.float32, precision=_hp(p.T.astype(do.dtype), do))
+        ds = p * (jnp.dot(do, v.T, preferred_element_type=jnp.float32, precision=_hp(do, v.T)) - dl[:, None])
+        dk = dk + jnp.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32, precision=_hp(ds.T.astype(q.dtype), q)) * sc["scale"]
         return dk, dv
 
     dk, dv = lax.fori_loop(0, nq, step, (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)))

@@ -30,6 +30,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+
+def _hp(*xs):
+    """HIGHEST for float32 operands (Mosaic runs precision=None as one bf16 pass, Triton as TF32), else None."""
+    return lax.Precision.HIGHEST if any(x.dtype == jnp.float32 for x in xs) else None
+
 _BWD_MASKED = -1e30
 _NT = (((1,), (1,)), ((), ()))  # a @ b^T
 _NN = (((1,), (0,)), ((), ()))  # a @ b
@@ -44,7 +49,7 @@ def _bwd_block(n, want, quantum):
 
 
 def _bwd_scores(q, k, qi, ki, *, scale, causal, block_q, block_k):
-    s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
+    s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32, precision=_hp(q, k)) * scale
     if causal:
         rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
         cols = ki * block_k + lax.broadcasted_iota(jnp.int32, s.shape, 1)
@@ -74,7 +79,7 @@ def _fwd_lse_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref, 
         l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
         v = v_ref[0, 0]
         acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(p.astype(v.dtype), v, _NN,
-                                                              preferred_element_type=jnp.float32)
+                                                              preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
         m_ref[...] = m_new
 
     @pl.when(ki == nk - 1)
@@ -95,10 +100,10 @@ def _dkdv_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref, dk_ref, dv_ref, d
     def _step():
         q, k, v, do = q_ref[0, 0], k_ref[0, 0], v_ref[0, 0], do_ref[0, 0]
         p = jnp.exp(_bwd_scores(q, k, qi, ki, **sc) - lse_ref[0, 0])
-        dv_acc[...] += lax.dot_general(p.astype(do.dtype), do, _TN, preferred_element_type=jnp.float32)
-        dp = lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32)
+        dv_acc[...] += lax.dot_general(p.astype(do.dtype), do, _TN, preferred_element_type=jnp.float32, precision=_hp(p.astype(do.dtype), do))
+        dp = lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32, precision=_hp(do, v))
         ds = p * (dp - dl_ref[0, 0])
-        dk_acc[...] += lax.dot_general(ds.astype(q.dtype), q, _TN, preferred_element_type=jnp.float32) * sc["scale"]
+        dk_acc[...] += lax.dot_general(ds.astype(q.dtype), q, _TN, preferred_element_type=jnp.float32, precision=_hp(ds.astype(q.dtype), q)) * sc["scale"]
 
     @pl.when(qi == nq - 1)
     def _done():
@@ -117,8 +122,8 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref, dq_ref, dq_acc, *, 
     def _step():
         q, k, v, do = q_ref[0, 0], k_ref[0, 0], v_ref[0, 0], do_ref[0, 0]
         p = jnp.exp(_bwd_scores(q, k, qi, ki, **sc) - lse_ref[0, 0])
-        ds = p * (lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32) - dl_ref[0, 0])
-        dq_acc[...] += lax.dot_general(ds.astype(k.dtype), k, _NN, preferred_element_type=jnp.float32) * sc["scale"]
+        ds = p * (lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32, precision=_hp(do, v)) - dl_ref[0, 0])
+        dq_acc[...] += lax.dot_general(ds.astype(k.dtype), k, _NN, preferred_element_type=jnp.float32, precision=_hp(ds.astype(k.dtype), k)) * sc["scale"]
 
     @pl.when(ki == nk - 1)
     def _done():

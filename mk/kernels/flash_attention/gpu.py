@@ -33,6 +33,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+
+def _hp(*xs):
+    """HIGHEST for float32 operands (Mosaic runs precision=None as one bf16 pass, Triton as TF32), else None."""
+    return lax.Precision.HIGHEST if any(x.dtype == jnp.float32 for x in xs) else None
+
 _MASKED = -1e30
 
 
@@ -75,7 +80,7 @@ def _fa_fit(block_q, block_k, *, d, dv, itemsize, bias_bytes, num_warps, num_sta
 
 
 def _tile_scores(q, k, bias, *, scale, score_dtype):
-    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(q, k))
     if score_dtype is None:
         s = s * scale
         return s if bias is None else s + bias.astype(jnp.float32)
@@ -129,7 +134,7 @@ def _one_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
         p = jnp.exp(s - m_new[:, None])
         l = alpha * l + jnp.sum(p, axis=1)
         acc = alpha[:, None] * acc + lax.dot_general(
-            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
         return m_new, l, acc
 
     n_full, n_end = _ranges(qi, causal=causal, block_q=block_q, block_k=block_k, nk=nk, kv_len=kv_len)
@@ -165,7 +170,7 @@ def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
         v = v_ref[pl.ds(start, block_k), :]
         p = jnp.exp(s - m[:, None]) * inv[:, None]
         return acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
-                                     preferred_element_type=jnp.float32)
+                                     preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
 
     acc = jnp.zeros((block_q, v_ref.shape[1]), jnp.float32)
     acc = lax.fori_loop(0, n_full, functools.partial(accumulate, masked=False), acc)

@@ -31,6 +31,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+
+def _hp(*xs):
+    """HIGHEST for float32 operands (Mosaic runs precision=None as one bf16 pass, Triton as TF32), else None."""
+    return lax.Precision.HIGHEST if any(x.dtype == jnp.float32 for x in xs) else None
+
 _MASKED = -1e30
 
 
@@ -49,7 +54,7 @@ def _sublanes(*arrays):
 
 def _scores(q, k, bias, *, scale, score_dtype):
     """The f32 score tile q k^T * scale (+ bias), rounded where a 16-bit reference rounds."""
-    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(q, k))
     if score_dtype is None:
         s = s * scale
         return s if bias is None else s + bias.astype(jnp.float32)
@@ -115,7 +120,7 @@ def _grid_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bi
         p = jnp.exp(s - m_new)
         l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
         acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(
-            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
         m_ref[...] = m_new
 
     if causal:
@@ -187,7 +192,7 @@ def _loop_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bi
         p = jnp.exp(s - m_new)
         l = alpha * l + jnp.sum(p, axis=1, keepdims=True)
         acc = alpha * acc + lax.dot_general(
-            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+            p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
         return m_new, l, acc
 
     carry = (jnp.full((block_q, 1), _MASKED, jnp.float32), jnp.zeros((block_q, 1), jnp.float32),
