@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head, module_body
-from mk.author.ir import xla_precision
+from mk.author.ir import stated_precision
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
@@ -471,13 +471,6 @@ def _operand_lines(x_name: str, w_name: str, lhs: Operand, rhs: Operand,
     return x_lines, w_lines
 
 
-def _precision(conv: Any) -> str:
-    """The precision the written dot states (:func:`mk.author.ir.xla_precision`: HIGHEST for a float32 dot the
-    reference leaves at the default, which a chip would run as one bf16 pass)."""
-    f32 = any(str(getattr(v.aval, "dtype", "")) in ("float32", "complex64") for v in conv.invars)
-    return xla_precision(conv.params.get("precision"), f32)
-
-
 def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand, rhs: Operand,
              layout: "_Layout", params: list[int], epilogue: list[Any], jaxpr: Any,
              probes: Any, taken: set[str], itemsize: int) -> Proposal | None:
@@ -521,7 +514,7 @@ def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand,
           else ["    epilogue = _epilogue"]),
         *x_lines, *w_lines,
         f"    y = {'conv_gpu' if gpu else 'conv_tpu'}(x, w, out_dtype={dtype_expr(conv.outvars[0].aval.dtype)}, "
-        f"precision={_precision(conv)}, {', '.join(f'{k}={k}' for k in config)})",
+        f"precision={stated_precision(conv)}, {', '.join(f'{k}={k}' for k in config)})",
         f"    return epilogue(y{''.join(', ' + n for n in pnames)})",
         "",
     ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from mk.author.emit import Unsupported, dtype_expr, family_section, file_head
-from mk.author.ir import xla_precision
+from mk.author.ir import stated_precision
 from mk.author.probe import arg_names, signature, static_names
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
@@ -136,8 +136,7 @@ def _render(task: Task, names: list[str], form: str, found: dict[str, Any], targ
     module = gpu_kernel if gpu else tpu_kernel
     fn = "gmm_gpu" if gpu else "gmm_tpu"
     dot = found["dot"]
-    f32 = any(str(getattr(v.aval, "dtype", "")) == "float32" for v in dot.invars)
-    prec_expr = xla_precision(dot.params.get("precision"), f32)  # HIGHEST for a float32 dot left at the default
+    prec_expr = stated_precision(dot)
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     x, w = names[found["x"]], names[found["w"]]

@@ -261,6 +261,13 @@ def _expr(op: Op, ins: list[str], shape: str) -> str:
     raise Unsupported(f"primitive {prim!r} has no whole-array form in mk's rewriter")
 
 
+def stated_precision(eqn: Any) -> str:
+    """:func:`xla_precision` for a reference's dot or convolution equation: HIGHEST where its operands are float32
+    (or complex64) and it leaves precision at the default."""
+    f32 = any(str(getattr(v.aval, "dtype", "")) in ("float32", "complex64") for v in eqn.invars)
+    return xla_precision(eqn.params.get("precision"), f32)
+
+
 def xla_precision(prec: Any, f32: bool = False) -> str:
     """The precision a written dot states. A float32 dot the reference leaves at the default gets HIGHEST: the judge
     runs the reference at HIGHEST (so does a float32 task's user who checks the kernel against it), and XLA's

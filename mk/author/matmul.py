@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head
-from mk.author.ir import xla_precision
+from mk.author.ir import stated_precision
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
 from mk.author.probe import arg_names, probes_for, signature
@@ -264,20 +264,13 @@ def _config(target: str, space_: dict[str, list[int]], M: int, N: int, K: int, f
 _SIGNATURE_ORDER = ("block_m", "block_n", "block_k", "k_splits")
 
 
-def _precision(dot: Any) -> str:
-    """The precision the written dot states (:func:`mk.author.ir.xla_precision`: HIGHEST for a float32 dot the
-    reference leaves at the default, which a chip would run as one bf16 pass)."""
-    f32 = any(str(getattr(v.aval, "dtype", "")) in ("float32", "complex64") for v in dot.invars)
-    return xla_precision(dot.params.get("precision"), f32)
-
-
 def _operand_args(lhs: Operand, rhs: Operand, w_t: bool, dot: Any) -> str:
     """The keyword arguments describing the product to the family's kernels."""
     def casts(op: Operand) -> str:
         return "(" + "".join(f"jnp.{c}, " for c in op.casts).rstrip(" ") + ")"
 
     return (f"transpose_w={w_t}, x_casts={casts(lhs)}, w_casts={casts(rhs)}, "
-            f"product_dtype={dtype_expr(dot.outvars[0].aval.dtype)}, precision={_precision(dot)}")
+            f"product_dtype={dtype_expr(dot.outvars[0].aval.dtype)}, precision={stated_precision(dot)}")
 
 
 def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Operand, rhs: Operand, w_t: bool,
