@@ -3,7 +3,7 @@ backward kernels (``bwd_tpu.py`` / ``bwd_gpu.py``, FlashAttention-2's dq and dk/
 
 :func:`with_backward` is the attention template's one hook (``mk/author/attention.py`` calls it on the source it
 rendered): it copies the target's backward module in and appends ``kernel_bwd(cotangent, <the kernel's arguments>)``
-(the contract in docs/architecture.md), which puts the inputs and the output cotangent in (batch, head, seq,
+(the contract in docs/components.md), which puts the inputs and the output cotangent in (batch, head, seq,
 head_dim) exactly as ``kernel`` does, runs the backward kernels, and returns dq, dk, dv in the inputs' own layouts.
 A scored bias (flex attention) gets no backward here (the reference's VJP is used).
 """

@@ -483,7 +483,7 @@ _BACKWARD_PLAN = ("backward: mk/kernels/cross_entropy (lse recomputed online ove
 
 def with_backward(source: str, task: Task, pat: CEPattern, reduction: str, sign: float, target: str,
                   labels: LabelRange = LabelRange("zero", "zero")) -> str:
-    """The written file with its backward ``kernel_bwd`` (the contract in docs/architecture.md; the kernels of
+    """The written file with its backward ``kernel_bwd`` (the contract in docs/components.md; the kernels of
     mk/kernels/cross_entropy/<target>.py are in the file already, copied in with the forward): the per-token
     cotangent ``c`` from the loss's reduction and sign, then ``(dx, dW)`` in the inputs' own layouts and None for
     the labels."""

@@ -330,7 +330,7 @@ def _near(a, b, tol: float = 5e-2) -> bool:
 
 def _with_backward(source: str, task: Task, target: str, nb: NormBackward) -> str:
     """The written file with its backward: mk/kernels/norm/<target>.py copied in and ``kernel_bwd`` (the contract in
-    docs/architecture.md: the output cotangent, then the kernel's own arguments; one cotangent per array input)."""
+    docs/components.md: the output cotangent, then the kernel's own arguments; one cotangent per array input)."""
     from mk.kernels.norm import Shapes, default
     from mk.kernels.norm import gpu as norm_gpu
     from mk.kernels.norm import tpu as norm_tpu

@@ -2,7 +2,7 @@
 
 A written kernel may carry its backward: a top-level ``def kernel_bwd(cotangent, <the kernel's own arguments>)``
 returning one cotangent per array input of ``kernel`` (None for an integer input), the contract
-``mk.api.OptimizedFunction`` uses in its ``custom_vjp`` (docs/architecture.md). The judge decides from the
+``mk.api.OptimizedFunction`` uses in its ``custom_vjp`` (docs/components.md). The judge decides from the
 source it holds (:func:`declares_backward`, trusted) that there is one; the tracer (untrusted) then traces it once
 per scale at abstract shapes, with the output cotangent as an input, and exports it like the forward (a target
 program and a CPU form with every ``pallas_call`` interpreted). Here (trusted side):
