@@ -20,7 +20,7 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 
 
 #: the mechanism each test module exercises (its marker); a module not named here is ``unit``. ``slow`` is marked
-#: per test. The fast tier a developer runs between changes is ``-m "not slow"``; CI runs everything.
+#: per test in its source, or by measurement in tests/slow_tests.txt (tests/tiers.py). The fast tier a developer runs between changes is ``-m "not slow"``; CI runs everything.
 MECHANISM = {
     "kernels": ("kernels/", "test_upstream_kernels.py", "test_rowwise_variants.py", "test_variants.py",
                 "test_attention_template.py", "test_cross_entropy_template.py", "test_written_general.py"),
@@ -49,5 +49,10 @@ def mechanism(path: Path) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    from tiers import slow_ids  # tests/slow_tests.txt: the tests measured slow (tests/tiers.py says how)
+
+    slow = slow_ids()
     for item in items:
         item.add_marker(getattr(pytest.mark, mechanism(Path(str(item.fspath)))))
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)

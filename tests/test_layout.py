@@ -32,3 +32,26 @@ def test_every_module_the_mechanism_table_names_exists():
         for p in prefixes:
             assert (TESTS / p).exists(), f"tests/conftest.py names {p}, which does not exist"
     assert mechanism(TESTS / "kernels" / "test_matmul.py") == "kernels" and mechanism(Path(__file__)) == "unit"
+
+
+def test_the_measured_slow_list_names_tests_by_their_node_ids(tmp_path, request):
+    import tiers
+
+    junit = tmp_path / "r.xml"
+    junit.write_text('<testsuites><testsuite name="pytest">'
+                     '<testcase classname="tests.test_layout" name="test_no_test_module_imports_another" time="0.4"/>'
+                     '<testcase classname="tests.kernels.test_matmul" name="test_x[a-b]" time="7.5"/>'
+                     '<testcase classname="tests.test_layout.TestK" name="test_m" time="2.0"/>'
+                     '</testsuite></testsuites>')
+    times = tiers.durations(junit)
+    assert times == {"tests/test_layout.py::test_no_test_module_imports_another": 0.4,
+                     "tests/kernels/test_matmul.py::test_x[a-b]": 7.5, "tests/test_layout.py::TestK::test_m": 2.0}
+    listed = tmp_path / "slow.txt"
+    n, slow, fast = tiers.write(times, 2.0, "a test", listed)
+    assert (n, slow) == (2, 9.5) and abs(fast - 0.4) < 1e-9
+    assert tiers.slow_ids(listed) == {"tests/kernels/test_matmul.py::test_x[a-b]", "tests/test_layout.py::TestK::test_m"}
+    # the ids in the real list are what pytest calls this test's neighbours, and the conftest marks them slow
+    assert request.node.nodeid == "tests/test_layout.py::test_the_measured_slow_list_names_tests_by_their_node_ids"
+    assert not tiers.slow_ids(tmp_path / "none.txt")
+    for nodeid in tiers.slow_ids():
+        assert nodeid.startswith("tests/") and "::" in nodeid and (TESTS.parent / nodeid.split("::")[0]).is_file(), nodeid

@@ -1,0 +1,76 @@
+"""The fast tier, from measured durations: which tests ``-m "not slow"`` leaves out.
+
+A test is ``slow`` when its source says so (``pytest.mark.slow``) or when it is named in ``tests/slow_tests.txt``,
+which this script writes from a measured run of the whole suite::
+
+    python -m pytest -q -n auto --dist worksteal --junitxml=/tmp/full.xml
+    python tests/tiers.py /tmp/full.xml --threshold 2.0
+
+Every test whose set-up, call and tear-down together took at least ``--threshold`` seconds in that run goes into the
+file (with the time it took and the run it came from, as comments). A test's first module-scoped fixture counts
+against it, so a file's first test may be listed for its fixture. The conftest reads the file at collection
+(:func:`slow_ids`); a name there that no longer exists marks nothing, and the fast tier's time says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+LIST = TESTS / "slow_tests.txt"
+
+
+def node_id(classname: str, name: str, root: Path = TESTS.parent) -> str:
+    """The pytest node id of a JUnit ``testcase`` (``tests.kernels.test_x.TestY`` + ``test_z[a]``)."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):  # the longest prefix that is a file; the rest are classes
+        path = Path(*parts[:cut]).with_suffix(".py")
+        if (root / path).is_file():
+            return "::".join([path.as_posix(), *parts[cut:], name])
+    return "::".join([Path(*parts).with_suffix(".py").as_posix(), name])
+
+
+def durations(junit: Path) -> dict[str, float]:
+    """Seconds per test node id in a JUnit XML report (skipped tests included, at the time they took)."""
+    out: dict[str, float] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        out[node_id(case.get("classname", ""), case.get("name", ""))] = float(case.get("time") or 0.0)
+    return out
+
+
+def slow_ids(path: Path = LIST) -> set[str]:
+    """The node ids listed in ``path`` (blank lines and ``#`` comments skipped; a missing file lists none)."""
+    if not path.is_file():
+        return set()
+    return {line.split("#", 1)[0].strip() for line in path.read_text().splitlines()} - {""}
+
+
+def write(times: dict[str, float], threshold: float, source: str, path: Path = LIST) -> tuple[int, float, float]:
+    """Write the list; returns (tests listed, their seconds, the seconds left in the fast tier)."""
+    slow = sorted((t, n) for n, t in times.items() if t >= threshold)
+    lines = [f"# tests that took >= {threshold:g} s (set-up + call + tear-down) in: {source}",
+             "# written by: python tests/tiers.py <junit.xml> --threshold T; read by tests/conftest.py (marks them slow)",
+             "# seconds  node id"]
+    lines += [f"{n}  # {t:.1f}" for t, n in reversed(slow)]
+    path.write_text("\n".join(lines) + "\n")
+    listed = sum(t for t, _ in slow)
+    return len(slow), listed, sum(times.values()) - listed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("junit", type=Path, help="a JUnit XML report of a whole-suite run (pytest --junitxml)")
+    ap.add_argument("--threshold", type=float, default=2.0, help="seconds at or above which a test is slow")
+    ap.add_argument("--source", default="", help="what measured it (command, machine, commit), for the file's header")
+    args = ap.parse_args(argv)
+    times = durations(args.junit)
+    n, listed, left = write(times, args.threshold, args.source or str(args.junit))
+    print(f"{len(times)} tests, {sum(times.values()):.0f} s; listed {n} ({listed:.0f} s); the rest {left:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
