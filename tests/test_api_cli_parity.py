@@ -27,8 +27,9 @@ from mk.task import Task
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MODULES = ("rmsnorm", "softmax", "matmul_gelu", "attention")  # examples that are task modules
 IN_CODE = "optimize_in_code"  # the example that calls mk.optimize itself
-# the whole pipeline both ways: rmsnorm (66 s) shows nothing the author-level parity and softmax do not
-PIPELINES = ("softmax", "matmul_gelu", "attention", IN_CODE)
+# the whole pipeline both ways on three examples; rmsnorm and attention (66 s and 235 s of a 2-core run) are compared at
+# the author, where the two paths could differ: the judge, tuning and the kernel file do not see how the task was made
+PIPELINES = ("softmax", "matmul_gelu", IN_CODE)
 
 
 def _in_code_module(where: Path) -> Path:

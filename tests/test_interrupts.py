@@ -55,7 +55,9 @@ def _run_id(text: str) -> str:
 @pytest.mark.parametrize("mode", ["auto", "search"])
 def test_ctrl_c_then_resume(tmp_path, mode):
     db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
-    args = ["-v", "optimize", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out]
+    # one round and one trial: what is proved is the interrupt and the resume, not the search or the tuning
+    args = ["-v", "optimize", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out,
+            "--iterations", "1", "--trials", "1"]
     if mode == "search":
         args += ["--mode", "search", "--workers", "inline"]
     rc, _, err = _interrupt(args, tmp_path, "mk.harness.isolation")  # the run exists and its first candidate is judged
@@ -74,7 +76,8 @@ def test_ctrl_c_then_resume(tmp_path, mode):
 
 def test_ctrl_c_in_hitl_names_its_own_resume_command(tmp_path):
     db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
-    args = ["-v", "hitl", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out]
+    args = ["-v", "hitl", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out,
+            "--iterations", "2", "--trials", "1"]
     rc, _, err = _interrupt(args, tmp_path, "mk.harness.isolation", stdin="a\na\na\n")
     assert rc == 130 and f"continue it with: mk hitl --resume " in err and f"--db {db}" in err, err[-2000:]
     run_id = _run_id(err)
@@ -88,7 +91,8 @@ def test_ctrl_c_in_hitl_names_its_own_resume_command(tmp_path):
 
 def test_sigterm_ends_a_run_like_ctrl_c(tmp_path):
     db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
-    args = ["-v", "optimize", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out]
+    args = ["-v", "optimize", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out,
+            "--iterations", "1", "--trials", "1"]
     rc, _, err = _interrupt(args, tmp_path, "mk.harness.isolation", sig=signal.SIGTERM)
     assert rc == 130 and " interrupted; " in err and f"continue it with: mk resume " in err, err[-2000:]
     with Store.open(db) as store:
@@ -121,7 +125,8 @@ def test_sigkill_then_resume_keeps_the_snapshots_and_redoes_none(tmp_path):
 def test_sigkill_in_hitl_then_resume_keeps_what_was_approved(tmp_path):
     """A killed HITL session cannot mark its run; `mk hitl --resume` continues it from its snapshots, at its scale."""
     db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
-    args = ["-v", "hitl", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out]
+    args = ["-v", "hitl", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out,
+            "--iterations", "2", "--trials", "1"]
     _interrupt(args, tmp_path, "mk.harness.isolation", stdin="a\na\na\n", sig=signal.SIGKILL)
     with Store.open(db) as store:
         (run,) = store.list_runs()

@@ -26,7 +26,7 @@ def test_optimize_softmax_tpu_writes_a_kernel_the_judge_accepts(tmp_path, capsys
     db = tmp_path / "mk.duckdb"
     out = tmp_path / "out"
     rc = main(["optimize", str(EXAMPLES / "softmax.py"), "--lm", "offline", "--target", "tpu", "--scale", "ci",
-               "--iterations", "2", "--trials", "2", "--db", str(db), "--out", str(out), "--json"])
+               "--iterations", "1", "--trials", "1", "--db", str(db), "--out", str(out), "--json"])
     payload = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and payload["status"] == "correct"
     assert payload["speedup"] is None  # no TPU here: never an estimate
@@ -94,7 +94,7 @@ def test_mk_optimize_cpu_kernel_runs_directly(tmp_path):
 
 def test_optimize_search_mode_writes_best_node(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["optimize", str(EXAMPLES / "softmax.py"), "--mode", "search", "--algorithm", "greedy", "--depth", "1",
+    rc = main(["optimize", str(EXAMPLES / "softmax.py"), "--mode", "search", "--algorithm", "greedy", "--depth", "1", "--iterations", "1",
                "--workers", "inline", "--lm", "offline", "--target", "tpu", "--scale", "ci", "--trials", "1",
                "--db", str(tmp_path / "db.duckdb"), "--out", str(out), "--json"])
     payload = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
