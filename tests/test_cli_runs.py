@@ -73,7 +73,7 @@ def test_resume_an_interrupted_auto_run_writes_its_kernel(tmp_path, capsys):
     task = task.with_scales({"ci": task.scale("ci")})
     db = tmp_path / "db.duckdb"
     with Store.open(db) as store:
-        auto = Auto(OfflineAuthorAdapter(), target="tpu", iterations=3, store=store, max_trials=1)
+        auto = Auto(OfflineAuthorAdapter(), target="tpu", iterations=2, store=store, max_trials=1)
         traj = auto.start(task)
         while not traj.snapshots:  # ... and then the process dies: the run stays "running"
             auto.step(traj)

@@ -28,7 +28,7 @@ class FakeTTY(io.StringIO):
 
 
 def _args(tmp_path, *extra):
-    return ["hitl", TASK, "--target", "tpu", "--scale", "ci", "--trials", "1", "--db", str(tmp_path / "h.duckdb"),
+    return ["hitl", TASK, "--target", "tpu", "--scale", "ci", "--trials", "1", "--iterations", "2", "--db", str(tmp_path / "h.duckdb"),
             "--out", str(tmp_path / "out"), *extra]
 
 
