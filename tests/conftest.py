@@ -20,7 +20,8 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 
 
 #: the mechanism each test module exercises (its marker); a module not named here is ``unit``. ``slow`` is marked
-#: per test in its source, or by measurement in tests/slow_tests.txt (tests/tiers.py). The fast tier a developer runs between changes is ``-m "not slow"``; CI runs everything.
+#: per test in its source, or by measurement in tests/slow_tests.txt (tests/tiers.py). The fast tier a developer
+#: runs between changes is ``-m "not slow"``; CI runs everything.
 MECHANISM = {
     "kernels": ("kernels/", "test_upstream_kernels.py", "test_rowwise_variants.py", "test_variants.py",
                 "test_attention_template.py", "test_cross_entropy_template.py", "test_written_general.py"),
@@ -29,7 +30,8 @@ MECHANISM = {
               "test_isolation.py", "test_policy.py", "test_static.py", "test_compare_fair.py", "test_compare_rejects.py",
               "test_program_work.py", "test_suite_common.py", "test_suite_kernelbench.py", "test_suite_production.py",
               "test_gpu_check.py", "test_compile.py", "test_backward.py"),
-    "e2e": ("test_optimize.py", "test_api_cli_parity.py", "test_optimize_lm.py", "test_cli_common_options.py", "test_cli_eval.py", "test_cli_kb.py",
+    "e2e": ("test_optimize.py", "test_api_cli_parity.py", "test_optimize_lm.py", "test_cli_common_options.py",
+            "test_cli_eval.py", "test_cli_kb.py",
             "test_cli_runs.py", "test_cli_tasks.py", "test_cli_usability.py", "test_hitl_cli.py", "test_api.py",
             "test_interrupts.py", "test_killed_runs.py", "test_bench_run.py", "test_bench_resume.py", "test_search.py",
             "test_auto.py", "test_modes_lm.py", "test_notebook.py", "test_packaging.py", "test_run_service.py",

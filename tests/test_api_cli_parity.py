@@ -58,7 +58,7 @@ def _both(name: str, where: Path) -> tuple[Path, Task, dict]:
 
 
 def _renames(task: Task) -> dict[str, str]:
-    """Each named axis of a task module as mk.optimize names it: ``<input>_<axis>`` of its first input."""
+    """Each named axis of a task module as mk.optimize names it: ``<input>_<axis>`` of the first input that has it."""
     out: dict[str, str] = {}
     for arg in task.args:
         for axis, dim in enumerate(arg.shape):
@@ -102,7 +102,8 @@ def _differences(ours: str, theirs: str, renames: dict[str, str], names: tuple[s
 @pytest.mark.parametrize("name", [*MODULES, IN_CODE])
 def test_the_author_writes_the_same_kernels_for_the_module_and_the_function(name, target, tmp_path):
     _, cli_task, kw = _both(name, tmp_path)
-    api_task, _ = callable_task(kw.pop("fn"), kw.pop("shapes"), computation_key=True, **{k: v for k, v in kw.items() if v is not None})
+    api_task, _ = callable_task(kw.pop("fn"), kw.pop("shapes"), computation_key=True,
+                                **{k: v for k, v in kw.items() if v is not None})
     cli = OfflineAuthor().propose(cli_task, target)
     api = OfflineAuthor().propose(api_task, target)
     assert cli.proposals, cli.declined

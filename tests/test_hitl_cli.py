@@ -28,8 +28,8 @@ class FakeTTY(io.StringIO):
 
 
 def _args(tmp_path, *extra):
-    return ["hitl", TASK, "--target", "tpu", "--scale", "ci", "--trials", "1", "--iterations", "2", "--db", str(tmp_path / "h.duckdb"),
-            "--out", str(tmp_path / "out"), *extra]
+    return ["hitl", TASK, "--target", "tpu", "--scale", "ci", "--trials", "1", "--iterations", "2",
+            "--db", str(tmp_path / "h.duckdb"), "--out", str(tmp_path / "out"), *extra]
 
 
 def test_fake_stdin_edit_plan_and_code_quit_then_resume(tmp_path, monkeypatch, capsys):

@@ -50,8 +50,11 @@ def test_the_measured_slow_list_names_tests_by_their_node_ids(tmp_path, request)
     n, slow, fast = tiers.write(times, 2.0, "a test", listed)
     assert (n, slow) == (2, 9.5) and abs(fast - 0.4) < 1e-9
     assert tiers.slow_ids(listed) == {"tests/kernels/test_matmul.py::test_x[a-b]", "tests/test_layout.py::TestK::test_m"}
-    # the ids in the real list are what pytest calls this test's neighbours, and the conftest marks them slow
-    assert request.node.nodeid == "tests/test_layout.py::test_the_measured_slow_list_names_tests_by_their_node_ids"
     assert not tiers.slow_ids(tmp_path / "none.txt")
-    for nodeid in tiers.slow_ids():
+    # the real list is in pytest's node-id form (as this test's own id), and every collected test it names is slow
+    assert request.node.nodeid == "tests/test_layout.py::test_the_measured_slow_list_names_tests_by_their_node_ids"
+    listed = tiers.slow_ids()
+    for nodeid in listed:
         assert nodeid.startswith("tests/") and "::" in nodeid and (TESTS.parent / nodeid.split("::")[0]).is_file(), nodeid
+    unmarked = [i.nodeid for i in request.session.items if i.nodeid in listed and i.get_closest_marker("slow") is None]
+    assert not unmarked

@@ -94,8 +94,8 @@ def test_mk_optimize_cpu_kernel_runs_directly(tmp_path):
 
 def test_optimize_search_mode_writes_best_node(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["optimize", str(EXAMPLES / "softmax.py"), "--mode", "search", "--algorithm", "greedy", "--depth", "1", "--branches", "1", "--iterations", "1",
-               "--workers", "inline", "--lm", "offline", "--target", "tpu", "--scale", "ci", "--trials", "1",
+    rc = main(["optimize", str(EXAMPLES / "softmax.py"), "--mode", "search", "--algorithm", "greedy", "--depth", "1",
+               "--branches", "1", "--iterations", "1", "--workers", "inline", "--lm", "offline", "--target", "tpu", "--scale", "ci", "--trials", "1",
                "--db", str(tmp_path / "db.duckdb"), "--out", str(out), "--json"])
     payload = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and payload["status"] == "correct", payload

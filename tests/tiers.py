@@ -9,7 +9,7 @@ which this script writes from a measured run of the whole suite::
 Every test whose set-up, call and tear-down together took at least ``--threshold`` seconds in that run goes into the
 file (with the time it took and the run it came from, as comments). A test's first module-scoped fixture counts
 against it, so a file's first test may be listed for its fixture. The conftest reads the file at collection
-(:func:`slow_ids`); a name there that no longer exists marks nothing, and the fast tier's time says so.
+(:func:`slow_ids`); a name there that no longer exists marks nothing (rewrite the file after renaming slow tests).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def write(times: dict[str, float], threshold: float, source: str, path: Path = L
     slow = sorted((t, n) for n, t in times.items() if t >= threshold)
     lines = [f"# tests that took >= {threshold:g} s (set-up + call + tear-down) in: {source}",
              "# written by: python tests/tiers.py <junit.xml> --threshold T; read by tests/conftest.py (marks them slow)",
-             "# seconds  node id"]
+             "# node id  # seconds"]
     lines += [f"{n}  # {t:.1f}" for t, n in reversed(slow)]
     path.write_text("\n".join(lines) + "\n")
     listed = sum(t for t, _ in slow)
