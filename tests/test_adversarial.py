@@ -240,6 +240,8 @@ EXPECTED = [
     Expect("r10_triton_race_zero_times_k.py", "mm", "gpu", ("rejected",), r"grid points \(0, 0, 0\) and \(0, 0, 1\) both write.*Triton runs grid points concurrently"),
     Expect("r10_control_triton_atomic_splitk.py", "mm", "gpu", ("correct",), r"all \d+ cases match"),
     Expect("r10_precision_complex_outside.py", "mm", "tpu", ("rejected",), r"float32 dot outside the kernels runs below HIGHEST"),
+    Expect("r11_parallel_k_carried.py", "mm", "tpu", ("incorrect",), r"TPU-interpreter check.*\"parallel\" grid axes visited out of order"),
+    Expect("r11_control_parallel_ij.py", "mm", "tpu", ("correct",), r"all \d+ cases match"),
 ]
 
 

@@ -641,7 +641,8 @@ def _check_races(run: _Run) -> None:
     """Rules 5 and 18: every TPU kernel runs once more, on the first case of each scale, in the TPU interpreter
     with race detection (in the tracer: its host callbacks cannot be exported; it costs ~20x, so one case).
     It models what the HLO interpreter does not: DMA races, out-of-bounds block accesses, output blocks revisited
-    after they were written back. A race rejects; an error or a mismatch there counts as incorrect. A tracer
+    after they were written back, and "parallel" grid axes visited out of order (a seed that moves each such axis's
+    first and last index: :func:`mk.harness.program.shuffling_seed`). A race rejects; an error or a mismatch there counts as incorrect. A tracer
     could hide a finding, never invent a pass."""
     if run.target.interpreter != "tpu" or run.on_device:
         return
@@ -649,8 +650,17 @@ def _check_races(run: _Run) -> None:
         if run.programs[scale].get("kernels") and run.programs[scale].get("cpu_file"):
             case = run.suite.for_scale(scale)[0]
             i = run.suite.cases.index(case)
-            _run_one(run, i, case, run.tracer, "tracer interpreter", f"TPU-interpreter check on case {i} ({scale})",
-                     record=False, slow=20.0)
+            _run_one(run, i, case, run.tracer, "tracer interpreter",
+                     f"TPU-interpreter check on case {i} ({scale}{shuffled_note(run.programs[scale])})", record=False,
+                     slow=20.0)
+
+
+def shuffled_note(facts: dict[str, Any]) -> str:
+    """What the TPU-interpreter check's name adds when the traced program has "parallel" grid axes to shuffle."""
+    if not any(n >= 2 for sizes in facts.get("parallel_axes") or [] for n in sizes):
+        return ""
+    return ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried along '
+            'such an axis is a race there, declare it "arbitrary"')
 
 
 def _run_cases(run: _Run) -> None:

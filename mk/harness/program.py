@@ -131,6 +131,56 @@ def with_interpret(closed: Any, interpret: Any) -> Any:
     return jcore.ClosedJaxpr(rewrite(closed.jaxpr), closed.consts)
 
 
+def parallel_axes(jaxpr: Any) -> list[tuple[int, ...]]:
+    """For each kernel, the sizes of the grid axes it declares ``"parallel"``: the leading axes the TPU interpreter
+    visits in a shuffled order (a chip with two TensorCores splits them between the cores), 0 for a dynamic size."""
+    from jax._src.pallas.mosaic import core as mosaic_core
+
+    found = []
+    for eqn in pallas_eqns(jaxpr):
+        grid_mapping = eqn.params.get("grid_mapping")
+        params = _with_vmapped_semantics(eqn.params.get("compiler_params"), grid_mapping)
+        semantics = getattr(params, "dimension_semantics", None) or ()
+        sizes = []
+        for size, meaning in zip(tuple(getattr(grid_mapping, "grid", ()) or ()), semantics):
+            if meaning not in ("parallel", mosaic_core.PARALLEL):
+                break
+            sizes.append(size if isinstance(size, int) else 0)
+        found.append(tuple(sizes))
+    return found
+
+
+def shuffling_seed(axes: Sequence[tuple[int, ...]], tries: int = 512) -> tuple[int, int]:
+    """A seed for the TPU interpreter's ``random_seed`` under which as many ``"parallel"`` axes (of size >= 2) as
+    possible are visited neither first at index 0 nor last at their last index, so that a kernel that carries state
+    along such an axis (an accumulator initialised at index 0 and stored at the last) computes a wrong result there:
+    ``(seed, axes shuffled so)``. It follows the interpreter's draw (one key per kernel from the seed, split once per
+    parallel axis, ``jax.random.permutation``); tests/test_parallel_axes.py checks the visiting order it records."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    seeds = np.arange(1, tries + 1)
+    moved = np.zeros(tries, dtype=np.int64)
+    for sizes in axes:
+        if not any(n >= 2 for n in sizes):
+            continue
+
+        def draw(seed: Any, sizes: tuple[int, ...] = sizes) -> list[Any]:
+            key, perms = jax.random.key(seed), []
+            for n in sizes:
+                key, sub = jax.random.split(key)
+                perms.append(jax.random.permutation(sub, jnp.arange(max(n, 1), dtype=jnp.int32)))
+            return perms
+
+        for n, perm in zip(sizes, jax.vmap(draw)(seeds)):
+            if n >= 2:
+                perm = np.asarray(perm)
+                moved += (perm[:, 0] != 0) & (perm[:, -1] != n - 1)
+    best = int(np.argmax(moved))  # the first seed that moves the most axes
+    return int(seeds[best]), int(moved[best])
+
+
 def _with_vmapped_semantics(compiler_params: Any, grid_mapping: Any) -> Any:
     """TPU compiler params whose ``dimension_semantics`` cover a vmapped grid: ``jax.vmap`` of a pallas_call
     adds grid dimensions (``grid_mapping.vmapped_dims``) but keeps the user's semantics; Mosaic's lowering

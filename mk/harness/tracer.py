@@ -221,6 +221,14 @@ def _tampered() -> dict[str, Any] | None:
     return None
 
 
+def _tpu_interpreter(closed: Any, target: Any) -> Any:
+    """The TPU interpreter for ``closed``'s check run: its "parallel" grid axes visited out of order
+    (:func:`mk.harness.program.shuffling_seed`)."""
+    from mk.harness import program
+
+    return target.interpret_params(seed=program.shuffling_seed(program.parallel_axes(closed.jaxpr))[0])
+
+
 def _facts(closed: Any, target: Any) -> dict[str, Any]:
     """What the judge reads from one traced jaxpr (claims: they can only add reasons to reject), for the forward and
     the backward alike."""
@@ -232,6 +240,7 @@ def _facts(closed: Any, target: Any) -> dict[str, Any]:
         "callbacks": program.callbacks(closed.jaxpr),
         "low_precision_dots": program.low_precision_kernel_dots(closed.jaxpr),
         "grid_steps": _grid_steps(closed.jaxpr),
+        "parallel_axes": [list(a) for a in program.parallel_axes(closed.jaxpr)] if target.interpreter == "tpu" else [],
         "async_kernels": program.async_kernels(closed.jaxpr),
         "dma_races": program.dma_write_races(closed.jaxpr),
         "platform_dependent": program.platform_dependent(closed.jaxpr),
@@ -276,7 +285,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         exported = export.export(as_fun(closed), platforms=[target.platform], disabled_checks=checks)(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
     if not compile_only and (cpu_file is None or (target.interpreter == "tpu" and facts["kernels"])):  # the TPU interpreter: fallback, cross-check
-        _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, target.interpret_params())), out_tree)
+        _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, _tpu_interpreter(closed, target))), out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 
 
@@ -328,7 +337,7 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
     except Exception as exc:  # noqa: BLE001
         out["cpu_file"], out["cpu_error"] = None, f"{type(exc).__name__}: {_first_line(exc)}"
     if target.interpreter == "tpu" and out["kernels"]:  # the TPU interpreter's race check, as for the forward
-        _state.setdefault("fallback_bwd", {})[name] = jax.jit(flat(program.with_interpret(closed, target.interpret_params())))
+        _state.setdefault("fallback_bwd", {})[name] = jax.jit(flat(program.with_interpret(closed, _tpu_interpreter(closed, target))))
     if target.host:
         out["target_file"] = out["cpu_file"]
     else:
