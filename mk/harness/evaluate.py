@@ -651,16 +651,18 @@ def _check_races(run: _Run) -> None:
             case = run.suite.for_scale(scale)[0]
             i = run.suite.cases.index(case)
             _run_one(run, i, case, run.tracer, "tracer interpreter",
-                     f"TPU-interpreter check on case {i} ({scale}{shuffled_note(run.programs[scale])})", record=False,
+                     f"TPU-interpreter check on case {i} ({scale}{check_note(run.programs[scale])})", record=False,
                      slow=20.0)
 
 
-def shuffled_note(facts: dict[str, Any]) -> str:
-    """What the TPU-interpreter check's name adds when the traced program has "parallel" grid axes to shuffle."""
-    if not any(n >= 2 for sizes in facts.get("parallel_axes") or [] for n in sizes):
-        return ""
-    return ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried along '
-            'such an axis is a race there, declare it "arbitrary"')
+def check_note(facts: dict[str, Any]) -> str:
+    """What the TPU-interpreter check's name adds about how it differs from the cases' run of the same trace:
+    memory no kernel wrote reads as zeros there (NaN in the cases), and "parallel" grid axes are shuffled."""
+    note = "; memory not yet written reads as zeros here, NaN in the cases" if facts.get("cpu_file") else ""
+    if any(n >= 2 for sizes in facts.get("parallel_axes") or [] for n in sizes):
+        note += ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried '
+                 'along such an axis is a race there, declare it "arbitrary"')
+    return note
 
 
 def _run_cases(run: _Run) -> None:

@@ -221,12 +221,16 @@ def _tampered() -> dict[str, Any] | None:
     return None
 
 
-def _tpu_interpreter(closed: Any, target: Any) -> Any:
-    """The TPU interpreter for ``closed``'s check run: its "parallel" grid axes visited out of order
-    (:func:`mk.harness.program.shuffling_seed`)."""
+def _tpu_interpreter(closed: Any, target: Any, check: bool) -> Any:
+    """The TPU interpreter for ``closed``: its "parallel" grid axes visited out of order
+    (:func:`mk.harness.program.shuffling_seed`). As the ``check`` of a program whose cases the HLO interpreter runs
+    (uninitialised memory NaN there) it fills uninitialised memory with zeros: a kernel that reads memory it never
+    wrote sees two different values and cannot behave honestly only when it finds NaN; where it runs every case
+    (no CPU form), NaN."""
     from mk.harness import program
 
-    return target.interpret_params(seed=program.shuffling_seed(program.parallel_axes(closed.jaxpr))[0])
+    seed = program.shuffling_seed(program.parallel_axes(closed.jaxpr))[0]
+    return target.interpret_params(seed=seed, poison="zero" if check else "nan")
 
 
 def _facts(closed: Any, target: Any) -> dict[str, Any]:
@@ -285,7 +289,8 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         exported = export.export(as_fun(closed), platforms=[target.platform], disabled_checks=checks)(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
     if not compile_only and (cpu_file is None or (target.interpreter == "tpu" and facts["kernels"])):  # the TPU interpreter: fallback, cross-check
-        _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, _tpu_interpreter(closed, target))), out_tree)
+        checker = _tpu_interpreter(closed, target, check=cpu_file is not None)
+        _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, checker)), out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 
 
@@ -337,7 +342,8 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
     except Exception as exc:  # noqa: BLE001
         out["cpu_file"], out["cpu_error"] = None, f"{type(exc).__name__}: {_first_line(exc)}"
     if target.interpreter == "tpu" and out["kernels"]:  # the TPU interpreter's race check, as for the forward
-        _state.setdefault("fallback_bwd", {})[name] = jax.jit(flat(program.with_interpret(closed, _tpu_interpreter(closed, target))))
+        checker = _tpu_interpreter(closed, target, check=out["cpu_file"] is not None)
+        _state.setdefault("fallback_bwd", {})[name] = jax.jit(flat(program.with_interpret(closed, checker)))
     if target.host:
         out["target_file"] = out["cpu_file"]
     else:
