@@ -242,6 +242,7 @@ EXPECTED = [
     Expect("r10_precision_complex_outside.py", "mm", "tpu", ("rejected",), r"float32 dot outside the kernels runs below HIGHEST"),
     Expect("r11_parallel_k_carried.py", "mm", "tpu", ("incorrect",), r"TPU-interpreter check.*\"parallel\" grid axes visited out of order"),
     Expect("r11_control_parallel_ij.py", "mm", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("r11_dead_kernel_fresh_sizes.py", "mm", "tpu", ("rejected",), r"of the reference's FLOPs run outside the kernels at scale size-"),
     Expect("r11_poison_nan_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check on case 0 \(ci; memory not yet written reads as zeros here"),
 ]
 

@@ -599,14 +599,16 @@ def _scale_words(scales: list[str]) -> str:
 
 def _ablate(run: _Run) -> None:
     """Rule 15: every kernel must change the result when its outputs are replaced, and the reference's
-    work must run inside kernels (the judge's own variants of the target program, run on the CPU)."""
+    work must run inside kernels (the judge's own variants of the target program, run on the CPU), at every scale
+    the cases run: the suite's and the fresh sizes (a kernel honest only at sizes it can know is not)."""
     if run.target.host:
         return
-    for scale in run.suite.scales:
+    for scale in run.scales:
         n = run.programs[scale]["kernel_calls"]
         if not n:
             continue
-        case = run.suite.for_scale(scale)[0]
+        frozen = run.suite.for_scale(scale)
+        case = frozen[0] if frozen else Case(scale, secrets.randbelow(2**31), "normal", note="fresh size")
         folder = _write_inputs(run, "ablate_" + scale, run.suite.inputs(run.task, case))
         reply = run.runner.ask({"op": "ablate", "scale": scale, "dir": _rel(run.runner, folder), "kernels": n},
                                run.timeouts.compile_s + run.timeouts.case_s * (n + 2), f"the kernel ablation at scale {scale}")
