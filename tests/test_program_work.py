@@ -56,3 +56,22 @@ def test_an_unreadable_loop_counts_a_trip_per_element_of_what_it_carries():
 
     w = _work(f, X)
     assert w.unknown_loops >= 64 * 256 and w.flops >= 64 * 3 * 256
+
+
+def _stepping(step, stop, cmp):
+    def f(x):
+        def body(c):
+            i, acc = c
+            return i + step, acc + jnp.tanh(acc) * 0.5
+
+        return lax.while_loop(lambda c: cmp(c[0], stop), body, (jnp.int32(0), x))[1]
+    return f
+
+
+def test_a_counter_that_steps_over_its_bound_or_overflows_has_no_trip_count():
+    # red team round 11 (r11_rt_d): "!= 128" with a step of 2**25 + 1 reads as one trip, but the int32 counter
+    # wraps and the loop runs 128 times; a "<" whose last step overflows wraps negative and goes on
+    assert _work(_stepping(2**25 + 1, 128, lambda i, n: i != n), X).unknown_loops > 0
+    assert _work(_stepping(2**30, 2**31 - 1, lambda i, n: i < n), X).unknown_loops > 0
+    exact = _work(_stepping(2, 128, lambda i, n: i != n), X)
+    assert exact.unknown_loops == 0 and exact.flops >= 64 * 3 * 64 * 256

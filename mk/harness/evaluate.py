@@ -650,21 +650,37 @@ def _check_races(run: _Run) -> None:
         return
     for scale in run.suite.scales:  # without a CPU form every case already runs in the TPU interpreter
         if run.programs[scale].get("kernels") and run.programs[scale].get("cpu_file"):
-            case = run.suite.for_scale(scale)[0]
-            i = run.suite.cases.index(case)
-            _run_one(run, i, case, run.tracer, "tracer interpreter",
-                     f"TPU-interpreter check on case {i} ({scale}{check_note(run.programs[scale])})", record=False,
-                     slow=20.0)
+            # inputs from a secret seed: the suite's cases are public, and a kernel must not know which run checks it
+            case = Case(scale, secrets.randbelow(2**31), "normal", note="fresh seed")
+            for check in check_runs(run.programs[scale]):
+                _run_one(run, len(run.suite.cases), case, run.tracer, "tracer interpreter",
+                         f"TPU-interpreter check at scale {scale} (random seed {case.seed}{check_note(run.programs[scale], check)})",
+                         record=False, slow=20.0, tracer_run=check)
 
 
-def check_note(facts: dict[str, Any]) -> str:
-    """What the TPU-interpreter check's name adds about how it differs from the cases' run of the same trace:
-    memory no kernel wrote reads as zeros there (NaN in the cases), and "parallel" grid axes are shuffled."""
-    note = "; memory not yet written reads as zeros here, NaN in the cases" if facts.get("cpu_file") else ""
-    if any(n >= 2 for sizes in facts.get("parallel_axes") or [] for n in sizes):
-        note += ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried '
-                 'along such an axis is a race there, declare it "arbitrary"')
-    return note
+#: the TPU-interpreter check's runs (mk.harness.tracer.CHECKS): as the cases; "parallel" axes shuffled; zeros as poison
+CHECK_RUNS = ("ordered", "shuffled", "zeros")
+
+
+def _shuffles(facts: dict[str, Any]) -> bool:
+    return any(n >= 2 for sizes in facts.get("parallel_axes") or [] for n in sizes)
+
+
+def check_runs(facts: dict[str, Any]) -> list[str]:
+    """The TPU-interpreter check's runs for a traced program (``shuffled`` only where a "parallel" axis has >= 2
+    steps: otherwise it is the ordered run again)."""
+    return [c for c in CHECK_RUNS if c != "shuffled" or _shuffles(facts)]
+
+
+def check_note(facts: dict[str, Any], check: str) -> str:
+    """What the name of a TPU-interpreter check run adds about how it differs from the cases' run of the same trace
+    (``ordered`` runs as they do: NaN in unwritten memory, the grid in order)."""
+    if check == "zeros":
+        return "; memory not yet written reads as zeros here, NaN in the cases"
+    if check == "shuffled" and _shuffles(facts):
+        return ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried '
+                'along such an axis is a race there, declare it "arbitrary"')
+    return ""
 
 
 def _run_cases(run: _Run) -> None:
@@ -709,9 +725,9 @@ def _run_claimed(run: _Run) -> None:
 
 
 def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *, record: bool = True,
-             slow: float = 1.0) -> None:
-    """Run case ``i`` with ``who`` (the runner, or the tracer's TPU interpreter), compare, record. ``slow``: a
-    factor on the interpreted-case deadline (race detection)."""
+             slow: float = 1.0, tracer_run: str = "cases") -> None:
+    """Run case ``i`` with ``who`` (the runner, or the tracer's TPU interpreter: its ``tracer_run``), compare,
+    record. ``slow``: a factor on the interpreted-case deadline (race detection)."""
     run.failed_case = case.key  # cleared when the case passes
     inputs = run.suite.inputs(run.task, case)
     drawn = case.note.startswith("fresh") or case.scale not in run.suite.scales  # not a frozen case: computed now
@@ -720,7 +736,8 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     name = f"case_{i:03d}" if who is run.runner else f"case_{i:03d}_{secrets.token_hex(8)}"
     folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
     limit = case_limit(run, run.programs[case.scale].get("grid_steps"), slow)
-    request = {"op": "case" if who is run.runner else "run", "scale": case.scale, "dir": _rel(who, folder), "form": form}
+    request = {"op": "case", "scale": case.scale, "dir": _rel(who, folder), "form": form} if who is run.runner else \
+        {"op": "run", "scale": case.scale, "dir": _rel(who, folder), "form": form, "run": tracer_run}
     got, seconds = ask_outputs(run, who, folder, request, limit, what)
     cmp = _compare(run, case.scale, inputs, expected, got, what)
     if record:

@@ -447,17 +447,19 @@ def interpreter_check(run: Any, scale: str, inputs: list[np.ndarray], ct: list[n
     interpreter with race detection (its host callbacks cannot be exported), as the forward's first case of each
     scale does. A race rejects; an error, or gradients the bounds refuse, is incorrect. A tracer could hide a
     finding, never invent a pass: the runner's gradients of the same case were judged already."""
-    from mk.harness.evaluate import _rel, _Verdict, _write_inputs, ask_outputs, case_limit, check_note
+    from mk.harness.evaluate import _rel, _Verdict, _write_inputs, ask_outputs, case_limit, check_note, check_runs
 
-    what = f"TPU-interpreter check of {what}{check_note(run.programs[scale]['backward'])}"
-    folder = _write_inputs(run, f"grad_race_{secrets.token_hex(8)}", [*inputs, *ct], into=run.tracer.workdir)
-    got, _ = ask_outputs(run, run.tracer, folder, {"op": "run", "scale": scale, "dir": _rel(run.tracer, folder),
-                                                   "part": "bwd"},
-                         case_limit(run, run.programs[scale]["backward"].get("grid_steps"), 20.0), what)
-    ok, _, k, why, _ = judge_case(run, scale, inputs, ct, expected, got, limits)
-    if not ok:
-        name = run.task.args[differentiable(run.task)[k]].name
-        raise _Verdict("incorrect", f"{what}: the gradient of {name} differs from the reference's VJP: {why}")
+    facts = run.programs[scale]["backward"]
+    for check in check_runs(facts):
+        said = f"TPU-interpreter check of {what}{check_note(facts, check)}"
+        folder = _write_inputs(run, f"grad_race_{secrets.token_hex(8)}", [*inputs, *ct], into=run.tracer.workdir)
+        got, _ = ask_outputs(run, run.tracer, folder, {"op": "run", "scale": scale, "dir": _rel(run.tracer, folder),
+                                                       "part": "bwd", "run": check},
+                             case_limit(run, facts.get("grid_steps"), 20.0), said)
+        ok, _, k, why, _ = judge_case(run, scale, inputs, ct, expected, got, limits)
+        if not ok:
+            name = run.task.args[differentiable(run.task)[k]].name
+            raise _Verdict("incorrect", f"{said}: the gradient of {name} differs from the reference's VJP: {why}")
 
 
 def check(run: Any) -> str:

@@ -95,9 +95,10 @@ def kernel_label(eqn: Any) -> str:
     return f"{name or 'kernel'}{'' if grid is None else ' grid=' + str(tuple(grid))}"
 
 
-def with_interpret(closed: Any, interpret: Any) -> Any:
+def with_interpret(closed: Any, interpret: Any, in_order: bool = False) -> Any:
     """``closed`` with every ``pallas_call`` (nested calls included) set to run with ``interpret``; the
-    candidate's Python does not run again: this rewrites the one trace."""
+    candidate's Python does not run again: this rewrites the one trace. ``in_order``: every grid axis declared
+    "arbitrary" for this run, so the TPU interpreter visits the grid in order, as the HLO interpreter does."""
     from jax._src.pallas import core as pallas_core
     from jax.extend import core as jcore
 
@@ -115,6 +116,8 @@ def with_interpret(closed: Any, interpret: Any) -> Any:
                 params["interpret"] = interpret
                 if tpu_interpreter:
                     params["compiler_params"] = _with_vmapped_semantics(params.get("compiler_params"), params.get("grid_mapping"))
+                    if in_order:
+                        params["compiler_params"] = _in_order(params["compiler_params"])
                 inner = added
             else:
                 before = [sub.effects for value in params.values() for sub in _sub_jaxprs(value)]
@@ -179,6 +182,14 @@ def shuffling_seed(axes: Sequence[tuple[int, ...]], tries: int = 512) -> tuple[i
                 moved += (perm[:, 0] != 0) & (perm[:, -1] != n - 1)
     best = int(np.argmax(moved))  # the first seed that moves the most axes
     return int(seeds[best]), int(moved[best])
+
+
+def _in_order(compiler_params: Any) -> Any:
+    """TPU compiler params with every grid axis "arbitrary" (visited in order); others as they are."""
+    semantics = getattr(compiler_params, "dimension_semantics", None)
+    if not semantics:
+        return compiler_params
+    return dataclasses.replace(compiler_params, dimension_semantics=("arbitrary",) * len(semantics))
 
 
 def _with_vmapped_semantics(compiler_params: Any, grid_mapping: Any) -> Any:
@@ -880,17 +891,36 @@ def _trip_count(ir: Any, op: Any) -> int | None:
         if step in (None, 0):
             return None
         span = bound - start
+        if direction == "NE" and span % step:
+            return None  # the counter steps over its bound and wraps around: no count can be read
+        trips = None
         if direction in ("LT", "NE") and step > 0 and span >= 0:
-            return max(0, -(-span // step))
-        if direction == "LE" and step > 0 and span >= 0:
-            return span // step + 1
-        if direction in ("GT", "NE") and step < 0 and span <= 0:
-            return max(0, -(-(-span) // -step))
-        if direction == "GE" and step < 0 and span <= 0:
-            return (-span) // -step + 1
-        return None
+            trips = max(0, -(-span // step))
+        elif direction == "LE" and step > 0 and span >= 0:
+            trips = span // step + 1
+        elif direction in ("GT", "NE") and step < 0 and span <= 0:
+            trips = max(0, -(-(-span) // -step))
+        elif direction == "GE" and step < 0 and span <= 0:
+            trips = (-span) // -step + 1
+        if trips is None or not _fits(str(lhs.type), start + trips * step):
+            return None  # the last step overflows the counter's type: it wraps and the loop goes on
+        return trips
     except (StopIteration, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
+
+
+def _fits(type_text: str, value: int) -> bool:
+    """Whether ``value`` is representable in the integer element type ``type_text`` names (``tensor<i32>``,
+    ``tensor<ui8>``, ...); False for any other type (a float counter's count is not read)."""
+    import re
+
+    found = re.search(r"\b(u?i)(\d+)\b", type_text.replace("tensor<", " ").replace(">", " "))
+    if found is None:
+        return False
+    bits = int(found.group(2))
+    if found.group(1) == "ui":
+        return 0 <= value < (1 << bits)
+    return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
 
 
 def _loop_step(ir: Any, body: Any, k: int) -> int | None:

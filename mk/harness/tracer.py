@@ -221,16 +221,26 @@ def _tampered() -> dict[str, Any] | None:
     return None
 
 
-def _tpu_interpreter(closed: Any, target: Any, check: bool) -> Any:
-    """The TPU interpreter for ``closed``: its "parallel" grid axes visited out of order
-    (:func:`mk.harness.program.shuffling_seed`). As the ``check`` of a program whose cases the HLO interpreter runs
-    (uninitialised memory NaN there) it fills uninitialised memory with zeros: a kernel that reads memory it never
-    wrote sees two different values and cannot behave honestly only when it finds NaN; where it runs every case
-    (no CPU form), NaN."""
+#: the TPU-interpreter runs of a program whose cases the HLO interpreter runs (NaN in unwritten memory, the grid in
+#: order), each with race detection: ``ordered`` looks like the cases to a kernel (NaN, in order), so a kernel
+#: cannot race only where no race is looked for; ``shuffled`` visits "parallel" axes out of order with the same NaN,
+#: so state carried along one shows even in a kernel that can tell the other runs apart by their poison; ``zeros``
+#: fills unwritten memory with zeros, so a kernel honest only when it finds NaN disagrees with itself
+CHECKS = {"ordered": ("nan", True, 1), "shuffled": ("nan", False, 2), "zeros": ("zero", True, 1)}
+
+
+def _tpu_interpreted(closed: Any, target: Any, check: bool) -> dict[str, Any]:
+    """``closed`` rewritten for the TPU interpreter: as the ``check`` of a program with a CPU form, the runs of
+    :data:`CHECKS`; without one (the TPU interpreter runs every case), ``cases``: NaN, "parallel" axes shuffled
+    (:func:`mk.harness.program.shuffling_seed`)."""
     from mk.harness import program
 
     seed = program.shuffling_seed(program.parallel_axes(closed.jaxpr))[0]
-    return target.interpret_params(seed=seed, poison="zero" if check else "nan")
+    if not check:
+        return {"cases": program.with_interpret(closed, target.interpret_params(seed=seed, poison="nan"))}
+    return {name: program.with_interpret(closed, target.interpret_params(seed=seed, poison=poison, cores=cores),
+                                         in_order=in_order)
+            for name, (poison, in_order, cores) in CHECKS.items()}
 
 
 def _facts(closed: Any, target: Any) -> dict[str, Any]:
@@ -289,8 +299,8 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         exported = export.export(as_fun(closed), platforms=[target.platform], disabled_checks=checks)(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
     if not compile_only and (cpu_file is None or (target.interpreter == "tpu" and facts["kernels"])):  # the TPU interpreter: fallback, cross-check
-        checker = _tpu_interpreter(closed, target, check=cpu_file is not None)
-        _state.setdefault("fallback", {})[scale] = (as_fun(program.with_interpret(closed, checker)), out_tree)
+        runs = _tpu_interpreted(closed, target, check=cpu_file is not None)
+        _state.setdefault("fallback", {})[scale] = ({k: as_fun(c) for k, c in runs.items()}, out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 
 
@@ -342,8 +352,8 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
     except Exception as exc:  # noqa: BLE001
         out["cpu_file"], out["cpu_error"] = None, f"{type(exc).__name__}: {_first_line(exc)}"
     if target.interpreter == "tpu" and out["kernels"]:  # the TPU interpreter's race check, as for the forward
-        checker = _tpu_interpreter(closed, target, check=out["cpu_file"] is not None)
-        _state.setdefault("fallback_bwd", {})[name] = jax.jit(flat(program.with_interpret(closed, checker)))
+        runs = _tpu_interpreted(closed, target, check=out["cpu_file"] is not None)
+        _state.setdefault("fallback_bwd", {})[name] = {k: jax.jit(flat(c)) for k, c in runs.items()}
     if target.host:
         out["target_file"] = out["cpu_file"]
     else:
@@ -367,9 +377,11 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
     target = _state["target"]
     if request.get("part") == "bwd":
-        fn = _state["fallback_bwd"][request["scale"]]
+        runs = _state["fallback_bwd"][request["scale"]]
     else:
-        fn, _ = _state["fallback"][request["scale"]]
+        runs, _ = _state["fallback"][request["scale"]]
+    # a check asked of a program with no CPU form runs its cases' run; a case asked of one with a CPU form, the ordered run
+    fn = runs.get(request.get("run", "cases")) or runs.get("cases") or runs["ordered"]
     folder = _state["workdir"] / request["dir"]
     inputs = load_arrays(folder, "in")
     with target.lowering_context(_state["spec"].get("chip", "v6e")):
