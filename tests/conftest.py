@@ -6,11 +6,6 @@ import pytest
 # Offline, deterministic, isolated: no user state, no network, no accelerator.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# the suite runs its kernels in interpret mode on the CPU, as the judge does without a device: XLA:CPU compiles them
-# without LLVM's optimisations (mk/harness/cpu_compile.py; the judge's chip compiles and CPU timings strip these)
-from mk.harness.cpu_compile import with_fast  # noqa: E402  (before any test imports JAX)
-
-os.environ["XLA_FLAGS"] = with_fast(os.environ.get("XLA_FLAGS"))
 
 
 @pytest.fixture(autouse=True)

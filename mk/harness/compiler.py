@@ -42,12 +42,8 @@ def environment(kind: str, workdir: Path) -> dict[str, str]:
     """The worker's environment for chips of ``kind`` (JAX pinned to the CPU: no device is ever opened)."""
     from mk import chips
 
-    from mk.harness import cpu_compile
-
     env = {"JAX_PLATFORMS": "cpu", "MK_CHIP_KIND": kind}
     if kind == "tpu":
-        if "XLA_FLAGS" in os.environ:  # the chip's program is compiled with the user's flags, never the checking ones
-            env["XLA_FLAGS"] = cpu_compile.without(os.environ["XLA_FLAGS"])
         env.update(TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_WORKER_HOSTNAMES="localhost",
                    TPU_ACCELERATOR_TYPE="v6e-1")
     else:

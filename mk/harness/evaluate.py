@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
 import secrets
 import shutil
@@ -282,25 +281,11 @@ def gradient_check(run: _Run) -> str:
     return gradient.check(run)
 
 
-def _child_env(target: Target, device: bool) -> dict[str, str]:
-    """The tracer's and runner's environment: pinned to the CPU unless they run on the target's device; a device
-    target checked on the CPU (interpret mode, nothing timed) compiles fast (:mod:`mk.harness.cpu_compile`), a CPU
-    target, whose runs are timed, with the user's own flags."""
-    from mk.harness import cpu_compile
-
-    if device and not target.host:
-        return {}
-    flags = os.environ.get("XLA_FLAGS")
-    if not target.host:
-        return {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": cpu_compile.with_fast(flags)}
-    return {"JAX_PLATFORMS": "cpu"} | ({"XLA_FLAGS": cpu_compile.without(flags)} if flags is not None else {})
-
-
 def _spawn(target: Target, memory_mb: int) -> tuple[dict[str, str], Any, Child, Child]:
     """A tracer (isolated; a warm spare when one waits) and the runner, started before the suite is built."""
     from mk.harness import isolation, pool
 
-    env = _child_env(target, target.device_present())
+    env = {"JAX_PLATFORMS": "cpu"} if target.host or not target.device_present() else {}
     iso = isolation.detect()
     return env, iso, pool.tracer({**env, "MK_TARGET": target.name}, memory_mb, iso), pool.runner(env, memory_mb)
 
@@ -314,7 +299,7 @@ def prestart(target: str, memory_limit_mb: int | None = None) -> None:
     memory_mb = int(memory_limit_mb or default_memory_limit_mb())
     # a guess without importing JAX here (that would serialise the start-up this overlaps); when it is wrong the
     # evaluation's own key differs and it starts its processes itself
-    env = _child_env(tgt, tgt.device_nodes_present())
+    env = {} if tgt.device_nodes_present() else {"JAX_PLATFORMS": "cpu"}
     pool.prepare_spare({**env, "MK_TARGET": tgt.name}, memory_mb, isolation.detect())
     pool.runner(env, memory_mb)
 
