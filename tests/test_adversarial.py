@@ -183,7 +183,7 @@ EXPECTED = [
     Expect("r3_crash_deep_workdir.py", "tanh", "tpu", ("correct", "timeout"), r"all \d+ cases match|ran past its", {"timeouts": {"import": 20}}),
     Expect("r3_crossform_platform_dependent.py", "tanh", "tpu", ("rejected",), r"platform-dependent code"),
     Expect("r3_crossform_takeover_with_interpret.py", "tanh", "tpu", ("incorrect", "rejected"), r"TPU-interpreter check|outside atol|private|modified the judge.s tracer"),
-    Expect("r3_data_memorized_suite.py", "tanh", "tpu", ("incorrect",), r"fresh random seed"),
+    Expect("r3_data_memorized_suite.py", "tanh", "tpu", ("incorrect",), r"fresh random seed|TPU-interpreter check at scale \S+ \(random seed"),
     Expect("r3_dos_big_constant.py", "tanh", "tpu", ("rejected",), r"too large"),
     Expect("r3_dos_log_flood.py", "tanh", "tpu", ("compile_error", "crashed"), r"File too large|past the \d+ MB limit"),
     Expect("r3_escape_symlinked_case_dir.py", "tanh", "tpu", ("crashed", "rejected"),

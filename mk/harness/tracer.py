@@ -224,9 +224,10 @@ def _tampered() -> dict[str, Any] | None:
 #: the TPU-interpreter runs of a program whose cases the HLO interpreter runs (NaN in unwritten memory, the grid in
 #: order), each with race detection: ``ordered`` looks like the cases to a kernel (NaN, in order), so a kernel
 #: cannot race only where no race is looked for; ``shuffled`` visits "parallel" axes out of order with the same NaN,
-#: so state carried along one shows even in a kernel that can tell the other runs apart by their poison; ``zeros``
+#: so state carried along one shows even in a kernel that can tell the other runs apart by their poison (one core:
+#: the interpreter's two-core mode reported a race in upstream splash attention, a false positive); ``zeros``
 #: fills unwritten memory with zeros, so a kernel honest only when it finds NaN disagrees with itself
-CHECKS = {"ordered": ("nan", True, 1), "shuffled": ("nan", False, 2), "zeros": ("zero", True, 1)}
+CHECKS = {"ordered": ("nan", True, 1), "shuffled": ("nan", False, 1), "zeros": ("zero", True, 1)}
 
 
 def _tpu_interpreted(closed: Any, target: Any, check: bool) -> dict[str, Any]:
