@@ -107,17 +107,15 @@ class Target:
             return _assume_tpu_chip(chip)
         return contextlib.nullcontext()
 
-    def interpret_params(self, seed: int | None = None, poison: str = "nan", cores: int = 1) -> Any:
+    def interpret_params(self, seed: int | None = None, poison: str = "nan") -> Any:
         """The interpreter a kernel falls back to when Pallas's HLO interpreter cannot run it: the TPU
         interpreter (uninitialised memory filled with ``poison``, ``"nan"`` or ``"zero"``; race detection;
-        ``seed`` shuffles the order in which it visits "parallel" grid axes; ``cores`` TensorCores split those
-        axes between them, each with its own VMEM, as on v4, v5p and 7x) for tpu, the HLO interpreter
+        ``seed`` shuffles the order in which it visits "parallel" grid axes) for tpu, the HLO interpreter
         otherwise."""
         if self.interpreter == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 
-            return pltpu.InterpretParams(uninitialized_memory=poison, detect_races=True, random_seed=seed,
-                                         num_cores_or_threads=cores)
+            return pltpu.InterpretParams(uninitialized_memory=poison, detect_races=True, random_seed=seed)
         return True
 
     def races_found(self) -> bool:

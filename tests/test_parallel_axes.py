@@ -4,6 +4,8 @@ parallel (mk.harness.program.parallel_axes) and the seed that moves each one's f
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,8 +51,7 @@ def test_the_seed_moves_every_axis_as_the_interpreter_visits_it():
         visited.append(tuple(int(c) for c in np.asarray(point)))
         return token
 
-    params = get_target("tpu").interpret_params(seed=seed)
-    params = type(params)(**{**{f: getattr(params, f) for f in params.__dataclass_fields__}, "grid_point_recorder": record})
+    params = dataclasses.replace(get_target("tpu").interpret_params(seed=seed), grid_point_recorder=record)
     x = jnp.arange(16 * 384, dtype=jnp.float32).reshape(16, 384)
     with pltpu.force_tpu_interpret_mode(params):
         out = jax.block_until_ready(fn(x))

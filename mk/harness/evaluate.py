@@ -625,12 +625,13 @@ def _ablate(run: _Run) -> None:
 
 
 def _check_races(run: _Run) -> None:
-    """Rules 5 and 18: every TPU kernel runs once more, on the first case of each scale, in the TPU interpreter
-    with race detection (in the tracer: its host callbacks cannot be exported; it costs ~20x, so one case).
-    It models what the HLO interpreter does not: DMA races, out-of-bounds block accesses, output blocks revisited
-    after they were written back, and "parallel" grid axes visited out of order (a seed that moves each such axis's
-    first and last index: :func:`mk.harness.program.shuffling_seed`). A race rejects; an error or a mismatch there counts as incorrect. A tracer
-    could hide a finding, never invent a pass."""
+    """Rules 5 and 18: at each suite scale, every TPU kernel runs again on a case from a secret seed in the TPU
+    interpreter with race detection (in the tracer: its host callbacks cannot be exported; it costs ~20x a case),
+    once per run of :func:`check_runs` (mk.harness.tracer.CHECKS: as the cases; "parallel" axes out of order;
+    zeros as poison). It models what the HLO interpreter does not: DMA races, out-of-bounds block accesses, output
+    blocks revisited after they were written back, state carried along a "parallel" axis, reads of memory never
+    written. A race rejects; an error or a mismatch there counts as incorrect. A tracer could hide a finding,
+    never invent a pass."""
     if run.target.interpreter != "tpu" or run.on_device:
         return
     for scale in run.suite.scales:  # without a CPU form every case already runs in the TPU interpreter

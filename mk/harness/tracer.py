@@ -224,24 +224,24 @@ def _tampered() -> dict[str, Any] | None:
 #: the TPU-interpreter runs of a program whose cases the HLO interpreter runs (NaN in unwritten memory, the grid in
 #: order), each with race detection: ``ordered`` looks like the cases to a kernel (NaN, in order), so a kernel
 #: cannot race only where no race is looked for; ``shuffled`` visits "parallel" axes out of order with the same NaN,
-#: so state carried along one shows even in a kernel that can tell the other runs apart by their poison (one core:
-#: the interpreter's two-core mode reported a race in upstream splash attention, a false positive); ``zeros``
-#: fills unwritten memory with zeros, so a kernel honest only when it finds NaN disagrees with itself
-CHECKS = {"ordered": ("nan", True, 1), "shuffled": ("nan", False, 1), "zeros": ("zero", True, 1)}
+#: so state carried along one shows even in a kernel that can tell the other runs apart by their poison (on one
+#: core: the interpreter's two-core mode reported a race in upstream splash attention, a false positive); ``zeros``
+#: fills unwritten memory with zeros, so a kernel honest only when it finds NaN disagrees with itself.
+#: Each run: (poison, in order)
+CHECKS = {"ordered": ("nan", True), "shuffled": ("nan", False), "zeros": ("zero", True)}
 
 
-def _tpu_interpreted(closed: Any, target: Any, check: bool) -> dict[str, Any]:
+def _tpu_interpreted(closed: Any, target: Any, axes: list[Any], check: bool) -> dict[str, Any]:
     """``closed`` rewritten for the TPU interpreter: as the ``check`` of a program with a CPU form, the runs of
-    :data:`CHECKS`; without one (the TPU interpreter runs every case), ``cases``: NaN, "parallel" axes shuffled
-    (:func:`mk.harness.program.shuffling_seed`)."""
+    :data:`CHECKS`; without one (the TPU interpreter runs every case), ``cases``: NaN, "parallel" axes shuffled.
+    ``axes``: the kernels' parallel axes (the ``parallel_axes`` fact), for :func:`mk.harness.program.shuffling_seed`."""
     from mk.harness import program
 
-    seed = program.shuffling_seed(program.parallel_axes(closed.jaxpr))[0]
+    seed = program.shuffling_seed([tuple(a) for a in axes])[0]
     if not check:
         return {"cases": program.with_interpret(closed, target.interpret_params(seed=seed, poison="nan"))}
-    return {name: program.with_interpret(closed, target.interpret_params(seed=seed, poison=poison, cores=cores),
-                                         in_order=in_order)
-            for name, (poison, in_order, cores) in CHECKS.items()}
+    return {name: program.with_interpret(closed, target.interpret_params(seed=seed, poison=poison), in_order=in_order)
+            for name, (poison, in_order) in CHECKS.items()}
 
 
 def _facts(closed: Any, target: Any) -> dict[str, Any]:
@@ -300,7 +300,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         exported = export.export(as_fun(closed), platforms=[target.platform], disabled_checks=checks)(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
     if not compile_only and (cpu_file is None or (target.interpreter == "tpu" and facts["kernels"])):  # the TPU interpreter: fallback, cross-check
-        runs = _tpu_interpreted(closed, target, check=cpu_file is not None)
+        runs = _tpu_interpreted(closed, target, facts["parallel_axes"], check=cpu_file is not None)
         _state.setdefault("fallback", {})[scale] = ({k: as_fun(c) for k, c in runs.items()}, out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 
@@ -353,7 +353,7 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
     except Exception as exc:  # noqa: BLE001
         out["cpu_file"], out["cpu_error"] = None, f"{type(exc).__name__}: {_first_line(exc)}"
     if target.interpreter == "tpu" and out["kernels"]:  # the TPU interpreter's race check, as for the forward
-        runs = _tpu_interpreted(closed, target, check=out["cpu_file"] is not None)
+        runs = _tpu_interpreted(closed, target, out["parallel_axes"], check=out["cpu_file"] is not None)
         _state.setdefault("fallback_bwd", {})[name] = {k: jax.jit(flat(c)) for k, c in runs.items()}
     if target.host:
         out["target_file"] = out["cpu_file"]
@@ -381,8 +381,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         runs = _state["fallback_bwd"][request["scale"]]
     else:
         runs, _ = _state["fallback"][request["scale"]]
-    # a check asked of a program with no CPU form runs its cases' run; a case asked of one with a CPU form, the ordered run
-    fn = runs.get(request.get("run", "cases")) or runs.get("cases") or runs["ordered"]
+    fn = runs.get(request.get("run", "cases")) or runs["cases"]  # a check of a program with no CPU form: its cases' run
     folder = _state["workdir"] / request["dir"]
     inputs = load_arrays(folder, "in")
     with target.lowering_context(_state["spec"].get("chip", "v6e")):
