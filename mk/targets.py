@@ -115,6 +115,9 @@ class Target:
         if self.interpreter == "tpu":
             from jax.experimental.pallas import tpu as pltpu
 
+            from mk.harness import races
+
+            races.install()  # the same findings as upstream's detector, far faster (mk/harness/races.py)
             return pltpu.InterpretParams(uninitialized_memory=poison, detect_races=True, random_seed=seed)
         return True
 

@@ -49,16 +49,21 @@ def _setup() -> None:
 
     from mk.targets import get_target
 
+    from mk.harness import arrays, policy, program, races  # noqa: F401  (imported before the policy closes the file system)
+
+    trusted = [(program, "with_interpret"), (program, "pallas_eqns"), (program, "walk"), (export, "export"),
+               (sys.modules[__name__], "_programs")]
     if os.environ.get("MK_TARGET") and get_target(os.environ["MK_TARGET"]).kernel_language == "mosaic":  # 0.2 s: only if needed
         import jax.experimental.pallas.tpu  # noqa: F401
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call
 
-    from mk.harness import arrays, policy, program  # noqa: F401  (imported before the policy closes the file system)
-
+        if races.install():  # the TPU interpreter's race detector, faster (mk/harness/races.py)
+            trusted += [(races.RaceState, "check_read"), (races.RaceState, "check_write"), (races.RaceState, "_conflict"),
+                        (races._Log, "unordered"), (races._Log, "add")]
+            _state["race_state"] = (interpret_pallas_call, "RaceDetectionState", races.RaceState)
     # the functions the tracer calls after the candidate ran, with their code: checked unchanged after the trace (a
     # tripwire: the judge never trusts the tracer's output anyway, but a patched tracer is worth a clear verdict)
-    _state["trusted"] = [(mod, name, getattr(mod, name), getattr(mod, name).__code__)
-                         for mod, name in ((program, "with_interpret"), (program, "pallas_eqns"), (program, "walk"),
-                                           (export, "export"), (sys.modules[__name__], "_programs"))]
+    _state["trusted"] = [(mod, name, getattr(mod, name), getattr(mod, name).__code__) for mod, name in trusted]
 
 
 def load(request: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +222,10 @@ def _tampered() -> dict[str, Any] | None:
     """The rejection when the candidate replaced or rewrote one of the tracer's own functions, else None."""
     for mod, name, fn, code in _state["trusted"]:
         if getattr(mod, name, None) is not fn or fn.__code__ is not code:
+            return {"phase": "compile", "rejected": f"the candidate modified the judge's tracer ({mod.__name__}.{name})"}
+    if "race_state" in _state:  # the TPU interpreter still builds the judge's race detector
+        mod, name, cls = _state["race_state"]
+        if getattr(mod, name, None) is not cls:
             return {"phase": "compile", "rejected": f"the candidate modified the judge's tracer ({mod.__name__}.{name})"}
     return None
 

@@ -1,0 +1,151 @@
+"""The TPU interpreter's race detector, with the same findings in far less time.
+
+Pallas's TPU interpreter (``jax._src.pallas.mosaic.interpret``) checks every load, store and DMA of a kernel against
+every earlier access to the same buffer: a pair is a race when neither access happened before the other (their
+vector clocks are unordered) and their index ranges overlap. Upstream compares the clocks one pair at a time in
+Python (``vector_clock.ordered``, four numpy reductions per pair), so a kernel with *n* accesses to a buffer costs
+*n*\\ ^2 / 2 such calls: measured with py-spy on the upstream GQA flash-attention fixture, three quarters of the
+judge's TPU-interpreter check time was spent there.
+
+:class:`RaceState` keeps each buffer's clocks in one array and orders a new access against all earlier ones in a
+few array operations; only the pairs whose clocks are unordered (none, in a kernel without races) have their ranges
+compared, with upstream's own ``_ranges_overlap``. The verdict is the same: ``races_found`` is set exactly when
+upstream's would be (``tests/test_races.py`` replays random access histories through both). :func:`install` puts it
+in the interpreter only where the interpreter's race-detector interface is the one this was written against, and
+otherwise leaves upstream's in place (slower, same answer).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: the parameters of upstream's check_read / check_write this class implements (anything else: not installed)
+_SIGNATURE = ["self", "device_id", "local_core_id", "clock", "buffer_key", "rnge", "source_info"]
+
+
+class _Log:
+    """The accesses to one buffer of one kind (reads or writes): clocks in a growing array, ranges in a list."""
+
+    __slots__ = ("clocks", "ranges", "who")
+
+    def __init__(self, width: int) -> None:
+        self.clocks = np.zeros((16, width), np.int64)
+        self.ranges: list[Any] = []
+        self.who: list[tuple[Any, Any, Any]] = []  # (device, core, source info): summarised only for a race
+
+    def add(self, clock: np.ndarray, rnge: Any, who: tuple[Any, Any, Any]) -> None:
+        n = len(self.ranges)
+        if n == len(self.clocks):
+            self.clocks = np.concatenate([self.clocks, np.zeros_like(self.clocks)])
+        self.clocks[n] = clock
+        self.ranges.append(rnge)
+        self.who.append(who)
+
+    def unordered(self, clock: np.ndarray, n: int) -> np.ndarray:
+        """Indices among the first ``n`` whose clock neither happened before nor after ``clock`` (upstream's
+        ``not vector_clock.ordered(theirs, clock)``)."""
+        if n == 0:
+            return np.empty(0, np.intp)
+        theirs = self.clocks[:n]
+        before = (theirs <= clock).all(axis=1) & (theirs < clock).any(axis=1)
+        after = (theirs >= clock).all(axis=1) & (theirs > clock).any(axis=1)
+        return np.flatnonzero(~(before | after))
+
+
+class RaceState:
+    """A drop-in for upstream's ``RaceDetectionState`` (the attributes and methods the interpreter uses)."""
+
+    def __init__(self, num_cores: int) -> None:
+        self.num_cores = num_cores
+        self.lock = threading.Lock()
+        self.races_found = False
+        self._reads: dict[Any, _Log] = {}
+        self._writes: dict[Any, _Log] = {}
+
+    def _logs(self, key: Any, clock: np.ndarray) -> tuple[_Log, _Log]:
+        width = len(clock)
+        reads = self._reads.get(key)
+        if reads is None:
+            reads = self._reads[key] = _Log(width)
+            self._writes[key] = _Log(width)
+        return reads, self._writes[key]
+
+    def _conflict(self, log_: _Log, n: int, clock: np.ndarray, rnge: Any) -> int | None:
+        from jax._src.pallas.mosaic.interpret.race_detection_state import _ranges_overlap
+
+        for i in log_.unordered(clock, n):
+            if _ranges_overlap(rnge, log_.ranges[i]):
+                return int(i)
+        return None
+
+    def _found(self, what: str, key: Any, rnge: Any, who: tuple[Any, Any, Any], other: str, log_: _Log, i: int) -> None:
+        dev, core, info = log_.who[i]
+        log.warning("race in the TPU interpreter: %s of %s[%s] by %s/%s at %s, against a %s of [%s] by %s/%s at %s",
+                    what, key, rnge, who[0], who[1], _frame(who[2]), other, log_.ranges[i], dev, core, _frame(info))
+        self.races_found = True
+
+    def check_read(self, device_id: Any, local_core_id: Any, clock: Any, buffer_key: Any, rnge: Any,
+                   source_info: Any = None) -> None:
+        clock = np.asarray(clock)
+        who = (device_id, local_core_id, source_info)
+        with self.lock:
+            reads, writes = self._logs(buffer_key, clock)
+            n = len(writes.ranges)
+            reads.add(clock, rnge, who)
+            i = self._conflict(writes, n, clock, rnge)
+            if i is not None:
+                self._found("read", buffer_key, rnge, who, "write", writes, i)
+
+    def check_write(self, device_id: Any, local_core_id: Any, clock: Any, buffer_key: Any, rnge: Any,
+                    source_info: Any = None) -> None:
+        clock = np.asarray(clock)
+        who = (device_id, local_core_id, source_info)
+        with self.lock:
+            reads, writes = self._logs(buffer_key, clock)
+            n_writes, n_reads = len(writes.ranges), len(reads.ranges)
+            writes.add(clock, rnge, who)
+            for other, log_, n in (("write", writes, n_writes), ("read", reads, n_reads)):
+                i = self._conflict(log_, n, clock, rnge)
+                if i is not None:
+                    self._found("write", buffer_key, rnge, who, other, log_, i)
+
+
+def _frame(source_info: Any) -> str:
+    if source_info is None:
+        return "pallas_call"
+    from jax._src import source_info_util
+
+    return source_info_util.summarize(source_info)
+
+
+def compatible(upstream: Any) -> bool:
+    """Whether upstream's race-detector class has the interface :class:`RaceState` implements."""
+    try:
+        return all(list(inspect.signature(getattr(upstream, m)).parameters) == _SIGNATURE
+                   for m in ("check_read", "check_write"))
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def install() -> bool:
+    """Make the TPU interpreter build a :class:`RaceState` for its next run (idempotent); False, leaving upstream's
+    detector in place, where its interface is not the one this implements."""
+    try:
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interp
+        from jax._src.pallas.mosaic.interpret import race_detection_state as upstream
+    except ImportError:
+        return False
+    if interp.RaceDetectionState is RaceState:
+        return True
+    if interp.RaceDetectionState is not upstream.RaceDetectionState or not compatible(upstream.RaceDetectionState):
+        log.info("the TPU interpreter's race detector is not the one mk's faster detector was written for: kept as is")
+        return False
+    interp.RaceDetectionState = RaceState
+    return True
