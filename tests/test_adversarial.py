@@ -251,6 +251,11 @@ EXPECTED = [
     Expect("r11_rt_d_wrapping_loop_counter.py", "mm", "tpu", ("rejected",), r"loop whose trip count the judge cannot read"),
     Expect("r11_rt_g_honest_megacore_splitk.py", "mm", "tpu", ("correct",), r"all \d+ cases match"),
     Expect("r11_poison_nan_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check at scale ci \(random seed \d+; memory not yet written reads as zeros here"),
+    # round 12: lowering hooks (the program the cases check and the program the device runs made to differ)
+    Expect("r12_hook_tpu_epilogue.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered \(.*neg \(on tpu\)"),
+    Expect("r12_hook_cpu_does_the_task.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered \(.*atan2 \(on cpu\)"),
+    Expect("r12_hook_mosaic_table.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered \(.*mosaic.*tanh"),
+    Expect("r12_hook_triton_table.py", "tanh", "gpu", ("rejected",), r"changed how programs are lowered \(.*triton.*tanh"),
 ]
 
 

@@ -49,7 +49,7 @@ def _setup() -> None:
 
     from mk.targets import get_target
 
-    from mk.harness import arrays, policy, program, races  # noqa: F401  (imported before the policy closes the file system)
+    from mk.harness import arrays, lowerings, policy, program, races  # noqa: F401  (before the policy closes the file system)
 
     trusted = [(program, "with_interpret"), (program, "pallas_eqns"), (program, "walk"), (export, "export"),
                (sys.modules[__name__], "_programs")]
@@ -64,6 +64,9 @@ def _setup() -> None:
     # the functions the tracer calls after the candidate ran, with their code: checked unchanged after the trace (a
     # tripwire: the judge never trusts the tracer's output anyway, but a patched tracer is worth a clear verdict)
     _state["trusted"] = [(mod, name, getattr(mod, name), getattr(mod, name).__code__) for mod, name in trusted]
+    # the lowering tables (JAX's and the target's Pallas backend's), checked unchanged before each export
+    language = get_target(os.environ["MK_TARGET"]).kernel_language if os.environ.get("MK_TARGET") else None
+    _state["lowerings"] = lowerings.snapshot(language if language in lowerings.TABLES else None)
 
 
 def load(request: dict[str, Any]) -> dict[str, Any]:
@@ -218,11 +221,29 @@ def trace(request: dict[str, Any]) -> dict[str, Any]:
     return _tampered() or {"ok": True, "scales": scales, "seconds": seconds}
 
 
+def _lowerings_changed() -> bool:
+    """Whether a lowering table differs from its state before the candidate ran (the first finding is kept)."""
+    from mk.harness import lowerings
+
+    if "lowering_change" not in _state and "lowerings" in _state:
+        found = lowerings.changed(_state["lowerings"])
+        if found:
+            _state["lowering_change"] = found
+    return "lowering_change" in _state
+
+
+class _Tampered(Exception):
+    """Raised before an export that would lower through tables the candidate changed (:func:`_tampered` says so)."""
+
+
 def _tampered() -> dict[str, Any] | None:
     """The rejection when the candidate replaced or rewrote one of the tracer's own functions, else None."""
     for mod, name, fn, code in _state["trusted"]:
         if getattr(mod, name, None) is not fn or fn.__code__ is not code:
             return {"phase": "compile", "rejected": f"the candidate modified the judge's tracer ({mod.__name__}.{name})"}
+    if _lowerings_changed():
+        return {"phase": "compile", "rejected": f"the candidate changed how programs are lowered ({_state['lowering_change']}): "
+                                                "the program the cases check would not be the one the device runs"}
     if "race_state" in _state:  # the TPU interpreter still builds the judge's race detector
         mod, name, cls = _state["race_state"]
         if getattr(mod, name, None) is not cls:
@@ -283,6 +304,8 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
     from mk.harness import program
 
     closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*structs)  # the one trace of this scale
+    if _lowerings_changed():  # checked after the candidate's code ran, before anything is lowered
+        raise _Tampered(_state["lowering_change"])
     out_tree = jax.tree_util.tree_structure(shapes)
     facts = _facts(closed, target)
     if facts["callbacks"]:
@@ -349,6 +372,8 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
         closed = jax.make_jaxpr(_as_target(fn))(*structs, *cts)
     except Exception as exc:  # noqa: BLE001 - reported; the judge refuses the candidate
         return {"error": f"{type(exc).__name__}: {_first_line(exc)}"}
+    if _lowerings_changed():
+        raise _Tampered(_state["lowering_change"])
     name = s["name"]
     flat = jcore.jaxpr_as_fun
     out: dict[str, Any] = _facts(closed, target)

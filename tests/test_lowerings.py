@@ -1,0 +1,78 @@
+"""The tracer's record of the lowering tables (mk/harness/lowerings.py): what counts as a change, and what does not.
+
+Every test works on copies of JAX's tables (monkeypatched in, restored after), never on the tables other tests use.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+import jax
+import pytest
+from jax._src import core as jcore
+from jax._src.interpreters import mlir
+
+from mk.harness import lowerings
+
+
+@pytest.fixture
+def tables(monkeypatch):
+    """Private copies of JAX's two tables, recorded."""
+    monkeypatch.setattr(mlir, "_lowerings", dict(mlir._lowerings))
+    per_platform = collections.defaultdict(dict, {k: dict(v) for k, v in mlir._platform_specific_lowerings.items()})
+    monkeypatch.setattr(mlir, "_platform_specific_lowerings", per_platform)
+    return lowerings.snapshot(None)
+
+
+def test_unchanged_tables_are_not_a_change(tables):
+    assert lowerings.changed(tables) is None
+
+
+def test_a_rule_registered_for_one_platform_is_named(tables):
+    mlir.register_lowering(jax.lax.neg_p, mlir.lower_fun(lambda v: v * -1.01, multiple_results=False), platform="tpu")
+    assert lowerings.changed(tables) == ("a lowering rule was registered in jax._src.interpreters.mlir."
+                                         "_platform_specific_lowerings for neg (on tpu)")
+
+
+def test_a_replaced_or_removed_rule_is_a_change(tables):
+    mlir._lowerings[jax.lax.sin_p] = mlir._lowerings[jax.lax.cos_p]
+    assert "for sin was replaced" in lowerings.changed(tables)
+
+
+def test_a_removed_rule_is_a_change(tables):
+    del mlir._lowerings[jax.lax.sin_p]
+    assert "for sin was removed" in lowerings.changed(tables)
+
+
+def test_a_rule_rewritten_in_place_is_a_change(tables, monkeypatch):
+    """The same entry object, its function's code swapped (or a partial's arguments changed)."""
+    entry = mlir._lowerings[jax.lax.tanh_p]
+    fn = entry.rule.func if isinstance(entry.rule, functools.partial) else entry.rule
+    monkeypatch.setattr(fn, "__code__", (lambda *a, **k: None).__code__)
+    found = lowerings.changed(tables)  # the function may serve several primitives: the first one found is named
+    assert found is not None and found.endswith("was replaced or rewritten")
+
+
+def test_a_new_primitive_from_jax_itself_is_not_a_change_but_the_candidates_is(tables):
+    jax_own = jcore.Primitive("mk_test_jax_own")
+    mlir.register_lowering(jax_own, mlir._lowerings[jax.lax.neg_p].rule)  # code in JAX's package
+    assert lowerings.changed(tables) is None
+    theirs = jcore.Primitive("mk_test_candidates")
+    mlir.register_lowering(theirs, lambda ctx, x: [x])  # code in this file
+    assert "for mk_test_candidates" in lowerings.changed(tables)
+
+
+def test_a_replaced_table_is_a_change(tables, monkeypatch):
+    monkeypatch.setattr(mlir, "_lowerings", dict(mlir._lowerings))
+    assert lowerings.changed(tables) == "jax._src.interpreters.mlir._lowerings was replaced"
+
+
+def test_the_pallas_backends_are_imported_before_the_record():
+    """A backend's modules register rules when first imported; the record is taken after all of them are."""
+    snap = lowerings.snapshot("mosaic")
+    assert "jax._src.pallas.mosaic.lowering.lowering_rules" in snap
+    import jax._src.pallas.mosaic.pallas_call_registration  # noqa: F401
+    import jax._src.pallas.mosaic.sc_primitives  # noqa: F401
+
+    assert lowerings.changed(snap) is None
