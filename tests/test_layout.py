@@ -51,6 +51,19 @@ def test_the_measured_slow_list_names_tests_by_their_node_ids(tmp_path, request)
     assert (n, slow) == (2, 9.5) and abs(fast - 0.4) < 1e-9
     assert tiers.slow_ids(listed) == {"tests/kernels/test_matmul.py::test_x[a-b]", "tests/test_layout.py::TestK::test_m"}
     assert not tiers.slow_ids(tmp_path / "none.txt")
+    # over several reports a test keeps its longest time (slow in one run, slow in the list)
+    later = tmp_path / "later.xml"
+    later.write_text('<testsuites><testsuite name="pytest">'
+                     '<testcase classname="tests.test_layout" name="test_no_test_module_imports_another" time="3.0"/>'
+                     '<testcase classname="tests.kernels.test_matmul" name="test_x[a-b]" time="1.0"/>'
+                     '</testsuite></testsuites>')
+    assert tiers.longest([junit, later]) == {"tests/test_layout.py::test_no_test_module_imports_another": 3.0,
+                                             "tests/kernels/test_matmul.py::test_x[a-b]": 7.5,
+                                             "tests/test_layout.py::TestK::test_m": 2.0}
+    # an earlier list counts as a report (the runs behind it may be gone)
+    assert tiers.longest([later, listed]) == {"tests/test_layout.py::test_no_test_module_imports_another": 3.0,
+                                              "tests/kernels/test_matmul.py::test_x[a-b]": 7.5,
+                                              "tests/test_layout.py::TestK::test_m": 2.0}
     # the real list is in pytest's node-id form (as this test's own id), and every collected test it names is slow
     assert request.node.nodeid == "tests/test_layout.py::test_the_measured_slow_list_names_tests_by_their_node_ids"
     listed = tiers.slow_ids()

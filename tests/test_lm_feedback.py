@@ -188,7 +188,7 @@ def test_hardware_brief_has_scoped_vmem_packing_and_a_skeleton():
     assert "```" not in hardware_brief("cpu")
 
 
-@pytest.mark.parametrize("target,source", [("tpu", TPU_SKELETON), ("gpu", GPU_SKELETON)])
+@pytest.mark.parametrize("target,source", [("tpu", TPU_SKELETON), ("gpu", GPU_SKELETON)], ids=["tpu", "gpu"])
 def test_the_skeletons_lower_and_pass_the_judge(target, source):
     res = evaluate(matmul_task(), Candidate.from_source(source), target=target, measure=False)
     assert res.status == "correct", res.reason

@@ -4,10 +4,10 @@ A test is ``slow`` when its source says so (``pytest.mark.slow``) or when it is 
 which this script writes from a measured run of the whole suite::
 
     python -m pytest -q -n auto --dist worksteal --junitxml=/tmp/full.xml
-    python tests/tiers.py /tmp/full.xml --threshold 2.0
+    python tests/tiers.py /tmp/full.xml [/tmp/earlier.xml | tests/slow_tests.txt ...] --threshold 2.0
 
-Every test whose set-up, call and tear-down together took at least ``--threshold`` seconds in that run goes into the
-file (with the time it took and the run it came from, as comments). A test's first module-scoped fixture counts
+Every test whose set-up, call and tear-down together took at least ``--threshold`` seconds in that run (the longest
+of its times where several reports are given: a test slow in any of them stays slow) goes into the file (with the time it took and the run it came from, as comments). A test's first module-scoped fixture counts
 against it, so a file's first test may be listed for its fixture. The conftest reads the file at collection
 (:func:`slow_ids`); a name there that no longer exists marks nothing (rewrite the file after renaming slow tests).
 """
@@ -60,14 +60,34 @@ def write(times: dict[str, float], threshold: float, source: str, path: Path = L
     return len(slow), listed, sum(times.values()) - listed
 
 
+def listed_times(path: Path) -> dict[str, float]:
+    """Seconds per node id as an earlier slow list recorded them (``node id  # seconds``)."""
+    out: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        node, _, seconds = line.rpartition("  # ")  # as write() puts it (a node id may hold a '#')
+        if node.strip() and not line.startswith("#"):
+            out[node.strip()] = float(seconds)
+    return out
+
+
+def longest(reports: list[Path]) -> dict[str, float]:
+    """Seconds per test node id, the longest over several reports (a test missing from one counts as in the others);
+    a report is a JUnit XML file or an earlier slow list (``.txt``, for runs whose reports are gone)."""
+    out: dict[str, float] = {}
+    for report in reports:
+        for node, seconds in (listed_times(report) if report.suffix == ".txt" else durations(report)).items():
+            out[node] = max(seconds, out.get(node, 0.0))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("junit", type=Path, help="a JUnit XML report of a whole-suite run (pytest --junitxml)")
+    ap.add_argument("junit", type=Path, nargs="+", help="JUnit XML reports of whole-suite runs (pytest --junitxml), or an earlier slow list")
     ap.add_argument("--threshold", type=float, default=2.0, help="seconds at or above which a test is slow")
     ap.add_argument("--source", default="", help="what measured it (command, machine, commit), for the file's header")
     args = ap.parse_args(argv)
-    times = durations(args.junit)
-    n, listed, left = write(times, args.threshold, args.source or str(args.junit))
+    times = longest(args.junit)
+    n, listed, left = write(times, args.threshold, args.source or ", ".join(map(str, args.junit)))
     print(f"{len(times)} tests, {sum(times.values()):.0f} s; listed {n} ({listed:.0f} s); the rest {left:.0f} s", file=sys.stderr)
     return 0
 
