@@ -30,9 +30,13 @@ from mk.errors import TaskError
 #: Distributions the frozen suite may draw a floating input from.
 #: ``normal``/``uniform``/``wide`` keep each input's own location and scale (a query pre-scaled by 1/sqrt(d) stays
 #: so); ``large_magnitude`` adds activation outliers sized to the dtype (float16: past the square-root of its range);
-#: ``small_magnitude``, ``zeros``, ``ones`` and ``negative`` are the edge cases a test synthesizer can ask for
-FLOAT_DISTRIBUTIONS = ("native", "normal", "uniform", "wide", "large_magnitude", "small_magnitude", "zeros", "ones", "negative")
-INIT_KINDS = ("normal", "uniform", "randint", "ones", "zeros", "constant", "native", "outliers", "negative")
+#: ``small_magnitude``, ``zeros``, ``ones`` and ``negative`` are the edge cases a test synthesizer can ask for;
+#: ``edges`` gives real data's boundary values: floating inputs drawn as ``normal`` with whole rows (about a quarter,
+#: at least one) and one column exactly zero (padding, masked tokens), integer ``randint`` inputs with about half of
+#: their entries at the two ends of their range (label 0 and V - 1, the first and last page)
+FLOAT_DISTRIBUTIONS = ("native", "normal", "uniform", "wide", "large_magnitude", "small_magnitude", "zeros", "ones", "negative",
+                       "edges")
+INIT_KINDS = ("normal", "uniform", "randint", "ones", "zeros", "constant", "native", "outliers", "negative", "zero_rows")
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class Init:
         """Draw an array on the host. ``native`` cannot be drawn here. Large floating inputs are drawn in
         chunks straight into the target dtype, so a 512 MiB bf16 input costs 512 MiB, not a float64 copy."""
         size = int(np.prod(shape)) if shape else 1
+        if self.kind == "zero_rows":  # normal (chunked when large), then whole rows and a column set to zero
+            return zero_rows(rng, Init("normal", mean=self.mean, std=self.std).sample(rng, shape, dtype))
         if self.kind in ("normal", "uniform", "outliers", "negative") and size > _CHUNK:
             out = np.empty(size, np_dtype(dtype))
             for lo in range(0, size, _CHUNK):
@@ -105,6 +111,33 @@ class Init:
 
 #: elements drawn at a time for large inputs
 _CHUNK = 1 << 22
+
+
+def zero_rows(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+    """Zero about a quarter of ``x``'s rows (vectors along the last axis; at least one and never all, when there are
+    two or more) and, for two or more axes, one column of the last axis, in place."""
+    if x.ndim == 0 or x.size == 0:
+        return x
+    flat = x.reshape(-1, x.shape[-1]) if x.ndim >= 2 else x.reshape(-1, 1)
+    n = flat.shape[0]
+    if n >= 2:  # one row alone is left as drawn (zeroing it would zero the input)
+        hit = rng.random(n) < 0.25
+        hit[rng.integers(n)] = True
+        if hit.all():
+            hit[rng.integers(n)] = False
+        flat[hit] = 0
+    if x.ndim >= 2 and x.shape[-1] >= 2:
+        flat[:, rng.integers(x.shape[-1])] = 0
+    return x
+
+
+def range_ends(rng: np.random.Generator, x: np.ndarray, low: int, high: int) -> np.ndarray:
+    """About half of an integer array's entries set to the ends of its range ``[low, high)``: a quarter to ``low``,
+    a quarter to ``high - 1``, in place."""
+    u = rng.random(x.shape)
+    x[u < 0.25] = low
+    x[(u >= 0.25) & (u < 0.5)] = high - 1
+    return x
 
 
 @dataclass(frozen=True)
@@ -272,7 +305,10 @@ class Task:
                     native = list(self.generate(scale, seed)[0])
                 out.append(np.asarray(native[i]))
             else:
-                out.append(init.sample(rng, shape, spec.dtype))
+                x = init.sample(rng, shape, spec.dtype)
+                if distribution == "edges" and init.kind == "randint":  # labels, indices: the ends of their range
+                    x = range_ends(rng, np.array(x), int(init.low), int(init.high))
+                out.append(x)
         return out
 
     def generate(self, scale: str | None = None, seed: int = 0) -> tuple[Sequence[Any], Sequence[Any]]:
@@ -396,6 +432,8 @@ def _override(distribution: str, own: Init | None = None, dtype: str = "float32"
         return Init("ones")
     if distribution == "negative":
         return Init("negative", mean=mean, std=std)
+    if distribution == "edges":
+        return Init("zero_rows", mean=mean, std=std)
     raise TaskError(f"unknown input distribution {distribution!r}; use one of {', '.join(FLOAT_DISTRIBUTIONS)}")
 
 

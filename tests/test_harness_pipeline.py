@@ -110,7 +110,7 @@ def test_suite_covers_scales_and_hash_is_stable(task):
     a, b = build_suite(task), build_suite(task)
     assert a.hash == b.hash and len(a.hash) == 64
     assert set(a.scales) == {"ci", "small", "heldout"} and a.heldout_names == ("heldout",)
-    assert {c.distribution for c in a.cases} == {"native", "normal", "uniform", "large_magnitude"}
+    assert {c.distribution for c in a.cases} == {"native", "normal", "uniform", "large_magnitude", "edges"}
     assert {c.seed for c in a.cases} == {0, 1}
     assert build_suite(task, seeds=(0, 2)).hash != a.hash
     sub = a.subset(2)

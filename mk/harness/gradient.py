@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from mk.task import zero_rows
+
 #: the optional entry of a written file that computes the kernel's backward
 BACKWARD_ENTRY = "kernel_bwd"
 #: the largest gradient error allowed, relative to the largest reference gradient of that input (per input)
@@ -368,13 +370,18 @@ def cotangents(rng: np.random.Generator, outs: list[Any]) -> list[tuple[str, lis
     """The output cotangents each scale is judged with, their sizes drawn from ``rng`` (the secret seed) so a backward
     cannot tell a judged cotangent by its statistics: a normal one whose rows are scaled by factors in [0.1, 10], a
     constant c in [0.1, 10] (a weighted sum loss), c/N (a mean loss: small and constant) and a normal one of scale
-    in [1e2, 1e4] with rows scaled too (a large loss weight). A row is everything but the last axis."""
+    in [1e2, 1e4] with rows scaled too (a large loss weight). A row is everything but the last axis; in the two
+    normal cotangents about a quarter of the rows (at least one, never all) are exactly zero, as loss-masked tokens
+    give (:func:`mk.task.zero_rows`, without its column)."""
     def each(fn: Any) -> list[np.ndarray]:
         return [np.asarray(fn(o)).astype(np.float32).astype(o.dtype) for o in outs]
 
     def rows(o: Any) -> np.ndarray:
         shape = tuple(o.shape)
-        return 10.0 ** rng.uniform(-1.0, 1.0, shape[:-1] + (1,)) if len(shape) > 1 else np.ones(shape)
+        if len(shape) <= 1:
+            return np.ones(shape)
+        factors = 10.0 ** rng.uniform(-1.0, 1.0, shape[:-1] + (1,))
+        return zero_rows(rng, factors)  # the last axis has length 1 here: rows only, no column
 
     c, big = 10.0 ** rng.uniform(-1.0, 1.0), 10.0 ** rng.uniform(2.0, 4.0)
     return [("a normal cotangent with rows scaled by secret factors", each(lambda o: rng.standard_normal(tuple(o.shape)) * rows(o))),

@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 DEFAULT_SEEDS = (0, 1)
 #: the cases of a held-out scale: the task's own inputs and one more seed of re-drawn ones
 HELDOUT_CASES = (("native", 0), ("normal", 1))
-DEFAULT_DISTRIBUTIONS = ("native", "normal", "uniform", "large_magnitude")
-#: distributions drawn with the first seed only (one case per scale is enough to show an overflow)
-_ONE_SEED = ("native", "large_magnitude", "zeros", "ones")
+DEFAULT_DISTRIBUTIONS = ("native", "normal", "uniform", "large_magnitude", "edges")
+#: distributions drawn with the first seed only (one case per scale is enough to show an overflow or a padding row)
+_ONE_SEED = ("native", "large_magnitude", "zeros", "ones", "edges")
 
 
 @dataclass(frozen=True)
