@@ -109,7 +109,8 @@ class Target:
 
     def interpret_params(self, seed: int | None = None, poison: str = "nan") -> Any:
         """The interpreter a kernel falls back to when Pallas's HLO interpreter cannot run it: the TPU
-        interpreter (uninitialised memory filled with ``poison``, ``"nan"`` or ``"zero"``; race detection;
+        interpreter (uninitialised memory filled with ``poison``, ``"nan"``, ``"zero"`` or ``"mk-garbage"``,
+        random finite values, :mod:`mk.harness.poison`; race detection;
         ``seed`` shuffles the order in which it visits "parallel" grid axes) for tpu, the HLO interpreter
         otherwise."""
         if self.interpreter == "tpu":
@@ -118,6 +119,10 @@ class Target:
             from mk.harness import races
 
             races.install()  # the same findings as upstream's detector, far faster (mk/harness/races.py)
+            if poison == "mk-garbage":
+                from mk.harness import poison as garbage
+
+                garbage.install()  # random finite values in unwritten memory (mk/harness/poison.py)
             return pltpu.InterpretParams(uninitialized_memory=poison, detect_races=True, random_seed=seed)
         return True
 

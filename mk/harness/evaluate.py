@@ -644,8 +644,9 @@ def _check_races(run: _Run) -> None:
                          record=False, slow=20.0, tracer_run=check)
 
 
-#: the TPU-interpreter check's runs (mk.harness.tracer.CHECKS): as the cases; "parallel" axes shuffled; zeros as poison
-CHECK_RUNS = ("ordered", "shuffled", "zeros")
+#: the TPU-interpreter check's runs (mk.harness.tracer.CHECKS): as the cases; "parallel" axes shuffled; finite garbage
+#: as poison (mk.harness.poison)
+CHECK_RUNS = ("ordered", "shuffled", "garbage")
 
 
 def _shuffles(facts: dict[str, Any]) -> bool:
@@ -661,8 +662,8 @@ def check_runs(facts: dict[str, Any]) -> list[str]:
 def check_note(facts: dict[str, Any], check: str) -> str:
     """What the name of a TPU-interpreter check run adds about how it differs from the cases' run of the same trace
     (``ordered`` runs as they do: NaN in unwritten memory, the grid in order)."""
-    if check == "zeros":
-        return "; memory not yet written reads as zeros here, NaN in the cases"
+    if check == "garbage":
+        return "; memory not yet written holds random finite values here (as stale memory on a chip), NaN in the cases"
     if check == "shuffled" and _shuffles(facts):
         return ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried '
                 'along such an axis is a race there, declare it "arbitrary"')
@@ -906,8 +907,10 @@ def _spec(run: _Run) -> dict[str, Any]:
     from mk.harness import gradient
 
     chip = {"chip": run.chip.name} if run.chip is not None and run.target.assumes_chip else {}
-    return {**chip, "entry": run.cand.entry, "target": run.target.name, "config": run.config, "static_as_kwargs": task.static_as_kwargs,
-            "static_names": [s.name for s in task.static], "scales": scales, **gradient.spec_fields(run)}
+    garbage = {"garbage_seed": secrets.randbelow(2**31)} if run.target.interpreter == "tpu" else {}  # poison.seed
+    return {**chip, **garbage, "entry": run.cand.entry, "target": run.target.name, "config": run.config,
+            "static_as_kwargs": task.static_as_kwargs, "static_names": [s.name for s in task.static], "scales": scales,
+            **gradient.spec_fields(run)}
 
 
 def _envelope(task: Task, suite: FrozenSuite) -> dict[str, Any]:

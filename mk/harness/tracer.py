@@ -49,7 +49,7 @@ def _setup() -> None:
 
     from mk.targets import get_target
 
-    from mk.harness import arrays, lowerings, policy, program, races  # noqa: F401  (before the policy closes the file system)
+    from mk.harness import arrays, lowerings, poison, policy, program, races  # noqa: F401  (before the policy closes the file system)
 
     trusted = [(program, "with_interpret"), (program, "pallas_eqns"), (program, "walk"), (export, "export"),
                (sys.modules[__name__], "_programs")]
@@ -57,6 +57,8 @@ def _setup() -> None:
         import jax.experimental.pallas.tpu  # noqa: F401
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call
 
+        if poison.install():  # the garbage fill of the third check run (mk/harness/poison.py)
+            trusted += poison.installed()
         if races.install():  # the TPU interpreter's race detector, faster (mk/harness/races.py)
             trusted += [(races.RaceState, "check_read"), (races.RaceState, "check_write"), (races.RaceState, "_conflict"),
                         (races._Log, "unordered"), (races._Log, "add")]
@@ -79,6 +81,10 @@ def load(request: dict[str, Any]) -> dict[str, Any]:
     workdir = _state["workdir"]
     spec = json.loads((workdir / SPEC_FILE).read_text())
     _state.update(spec=spec, target=get_target(spec["target"]))
+    if spec.get("garbage_seed") is not None:  # the judge's secret seed for the garbage fill (before the candidate runs)
+        from mk.harness import poison
+
+        poison.seed(int(spec["garbage_seed"]))
     if _state["target"].kernel_language == "mosaic":
         import jax.experimental.pallas.tpu  # noqa: F401  (before the policy closes the file system)
     _seen_as_target(_state["target"])
@@ -255,10 +261,11 @@ def _tampered() -> dict[str, Any] | None:
 #: order), each with race detection: ``ordered`` looks like the cases to a kernel (NaN, in order), so a kernel
 #: cannot race only where no race is looked for; ``shuffled`` visits "parallel" axes out of order with the same NaN,
 #: so state carried along one shows even in a kernel that can tell the other runs apart by their poison (on one
-#: core: the interpreter's two-core mode reported a race in upstream splash attention, a false positive); ``zeros``
-#: fills unwritten memory with zeros, so a kernel honest only when it finds NaN disagrees with itself.
+#: core: the interpreter's two-core mode reported a race in upstream splash attention, a false positive); ``garbage``
+#: fills unwritten memory with random finite values from a secret seed (:mod:`mk.harness.poison`), as stale memory on
+#: a chip holds, so a kernel honest only when it finds NaN (or zero) disagrees with itself.
 #: Each run: (poison, in order)
-CHECKS = {"ordered": ("nan", True), "shuffled": ("nan", False), "zeros": ("zero", True)}
+CHECKS = {"ordered": ("nan", True), "shuffled": ("nan", False), "garbage": ("mk-garbage", True)}
 
 
 def _tpu_interpreted(closed: Any, target: Any, axes: list[Any], check: bool) -> dict[str, Any]:
