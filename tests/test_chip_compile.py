@@ -16,6 +16,7 @@ from mk import chips
 from mk.errors import TargetError
 from mk.harness import chipcheck, evaluate
 from mk.harness.compiler import gpu_kernels, tpu_kernels
+from mk.harness.envelope import Envelope
 from mk.harness.heldout import heldout_scales
 from mk.task import ArgSpec, Scale, StaticArg, Task, Tolerance
 
@@ -181,10 +182,10 @@ def test_default_gpu_pallas_call_lowers_to_mosaic_gpu_and_compiles():
 
 
 @needs_cuda
-def test_a_fresh_size_the_chip_refuses_is_a_flag_not_the_verdict():
+def test_a_fresh_size_the_chip_refuses_narrows_the_verdict():
     # small blocks at the judged sizes (ci and the derived held-out scale, m and n untied), 128 x 128 blocks of the
     # whole K elsewhere: 512 KiB of shared memory at every size the judge draws, over H100's 227 KiB; the judged
-    # scales compile, so the verdict stands
+    # scales compile, so the verdict stands, with a flag, for exactly the sizes judged (evaluate._narrow)
     source = GPU_MATMUL.replace("    n = y.shape[1]\n", "    n = y.shape[1]\n"
                                 "    bm = bn = 16 if (m, n) in ((128, 128), (256, 384)) else 128\n")
     assert source != GPU_MATMUL
@@ -196,8 +197,13 @@ def test_a_fresh_size_the_chip_refuses_is_a_flag_not_the_verdict():
     assert r.status == "correct", r.reason
     fresh = [c for c in r.compiled if c.scale.startswith("size-")]
     assert fresh and not any(c.ok for c in fresh) and all(c.ok for c in r.compiled if c not in fresh)
-    assert any("a size the judge drew" in f and "Shared memory size limit exceeded" in f for f in r.flags), r.flags
+    assert any(f.startswith("cannot be built at the fresh size") and "Shared memory size limit exceeded" in f
+               for f in r.flags), r.flags
     assert "fresh size" not in r.compile_check and "at ci" in r.compile_check
+    assert not any(c.scale.startswith("size-") for c in r.cases)  # not judged there
+    env = Envelope.from_dict(r.envelope)
+    assert env.check([(128, 1024), (1024, 128)]) is None and env.check([(256, 1024), (1024, 384)]) is None
+    assert env.check([(384, 1024), (1024, 128)]) is not None  # a size between them: never judged
 
 
 @needs_cuda

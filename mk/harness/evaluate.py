@@ -16,14 +16,13 @@ exported, which the judge checks itself; see ``docs/judge.md``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
 import secrets
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -115,6 +114,12 @@ class _Run:
     too_big: tuple[str, ...] = ()
     #: the compile-only scales the verdict claims (compiled, and the code a judged size ran: :func:`_covered`)
     covered: list[str] = field(default_factory=list)
+    #: the suite's held-out scales (the frozen suite's; :func:`_narrow` may leave some out)
+    heldout: tuple[str, ...] = ()
+    #: whether the candidate declares its envelope (MK_ENVELOPE): then no judged size may be left out
+    declares_envelope: bool = False
+    #: held-out scales and fresh sizes the kernel cannot be built at (scale -> why): left out by :func:`_narrow`
+    unbuilt: dict[str, str] = field(default_factory=dict)
     #: the chip the device program is compiled for (None: a target that compiles for no chip)
     chip: Any = None
     also_chips: tuple[Any, ...] = ()
@@ -209,6 +214,7 @@ def evaluate(
     run.flags.extend(f"scale {name} not run on this CPU: {why}; compiled for the chip only" for name, why in skipped.items())
     run.too_big = tuple(skipped)
     run.judged_task = judged_task
+    run.heldout = suite.heldout_names
     if the_chip is not None:  # declared scales the cases do not run: compiled for the chip only
         declared = {**suite_task.compile_only, **suite_task.scales}
         run.compile_scales = tuple(s for s in declared if s not in run.scales)
@@ -258,7 +264,11 @@ def evaluate(
             return list(dict.fromkeys([run.chip.name] + [c.chip for c in run.compiled if c.scale == scale and c.ok]))
 
         covered = {s: Envelope.point(run.task, s, chips(s)) for s in run.covered}
-        base["envelope"] = Envelope.of(judged_task, suite, compiled=covered).to_dict()
+        base["envelope"] = _judged_envelope(judged_task, run, suite, covered)
+    elif run.unbuilt:  # the sizes judged, exactly (_narrow)
+        base["envelope"] = _judged_envelope(judged_task, run, suite)
+    if run.unbuilt:
+        base["scales"] = list(run.suite.scales)
     if timing_res is None:
         why = "not measured: the candidate is not correct" if status != "correct" else _no_timing(run)
         timing_res = not_measured(why, timed)
@@ -372,8 +382,37 @@ def _trace(run: _Run) -> None:
             run.flags.append(f"scale {name} (declared, compiled only) does not trace: "
                              f"{_last_line(str(entry['compile_only_error']))[:300]}")
     run.compile_scales = tuple(n for n in run.compile_scales if "compile_only_error" not in (scales.get(n) or {}))
+    unbuilt = {n: _last_line(str(e["build_error"]))[:300] for n, e in scales.items() if isinstance(e, dict) and "build_error" in e}
+    if any(not (n in run.scales and _optional(run, n)) for n in unbuilt):
+        raise _Verdict("crashed", "the tracer skipped a scale the cases must run")
     run.programs = scales
+    _narrow(run, {n: f"it does not trace: {why}" for n, why in unbuilt.items()})
     run.compile_detail = f"traced once per scale and lowered for {run.target.platform}"
+
+
+def _optional(run: _Run, scale: str) -> bool:
+    """A scale the verdict may leave out when the kernel cannot be built there: a held-out scale or a fresh size
+    (never a scale the task declares, which the user asked for), unless the candidate declares an envelope
+    (``MK_ENVELOPE``): it then claims every judged size (:func:`_check_declared_envelope` refuses one it excludes),
+    so failing to build at one is a failure, not a narrower claim."""
+    return not run.declares_envelope and (scale.startswith(FRESH) or scale in run.heldout)
+
+
+def _narrow(run: _Run, unbuilt: dict[str, str]) -> None:
+    """Leave out the held-out scales and fresh sizes the kernel cannot be built at (``unbuilt``: scale -> why): no
+    case runs there, each is a flag, and the verdict's envelope becomes the sizes judged, exactly (issue 22, item 5:
+    an upstream kernel right at the task's sizes whose block sizes do not divide a held-out one is not a
+    compile_error; one that is wrong at a size it accepts stays incorrect)."""
+    if not unbuilt:
+        return
+    run.scales = tuple(s for s in run.scales if s not in unbuilt)
+    kept = tuple(c for c in run.suite.cases if c.scale not in unbuilt)
+    run.suite = FrozenSuite(run.suite.task_name, run.suite.task_fingerprint, kept, run.suite.dropped, (), run.suite.base_scales)
+    for name, why in unbuilt.items():
+        size = f"the fresh size {name[len(FRESH):]}" if name.startswith(FRESH) else f"the held-out scale {name}"
+        run.flags.append(f"cannot be built at {size}: {why}; not judged there, so the verdict claims only the sizes "
+                         "it was judged at")
+    run.unbuilt.update(unbuilt)
 
 
 def _check_declared_envelope(run: _Run) -> None:
@@ -388,6 +427,7 @@ def _check_declared_envelope(run: _Run) -> None:
     rule = declared_rule(run.cand.source)
     if rule is None:
         return
+    run.declares_envelope = True
     for scale in run.scales:
         structs = run.task.arg_structs(scale)
         try:
@@ -398,6 +438,7 @@ def _check_declared_envelope(run: _Run) -> None:
             why = declared_outside(rule, [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in structs], static, run.config)
         except ValueError as exc:
             run.flags.append(f"{exc}: judged as a kernel without a declared envelope")
+            run.declares_envelope = False
             return
         if why is not None:
             raise _Verdict("outside_envelope", f"the candidate's declared envelope (MK_ENVELOPE, checked by the judge) "
@@ -527,7 +568,7 @@ def _compile_for_chip(run: _Run) -> None:
                 for scale in (*run.scales, *run.compile_scales)}
     # the declared scales the cases run must compile, and those asked for but too big to run here; a fresh size
     # (drawn by the judge) or a scale left out with --scale the chip refuses is a flag
-    declared = {s for s in run.scales if not s.startswith(FRESH)}
+    declared = {s for s in run.scales if not _optional(run, s)}
     try:
         results, flags = chipcheck.compile_scales(run.chip, programs, declared | set(run.too_big), memory_mb=run.memory_mb,
                                                   no_spills=run.no_spills)
@@ -539,7 +580,12 @@ def _compile_for_chip(run: _Run) -> None:
         run.seconds["chip_compile"] = time.perf_counter() - t0
     results = [r.model_copy(update={"judged": False}) if r.scale in run.too_big else r for r in results]
     run.compiled = results
-    run.flags.extend(flags)
+    done_at = {r.scale for r in results if r.ok}
+    refused = [s for s in run.scales if _optional(run, s) and s not in done_at]  # a held-out or fresh size: narrowed
+    run.flags.extend(f for f in flags if not any(f"at scale {s} " in f for s in refused))
+    _narrow(run, {s: f"the {run.chip.name} compiler refuses it" + next((f" ({r.error[:200]})" for r in results
+                                                                         if r.scale == s and r.error), " (no result)")
+                  for s in refused})
     done = [r.scale for r in results if r.ok]
     run.covered = _covered(run, [s for s in run.compile_scales if s in done]) if run.claim else []
     run.compile_check = f"compiled for {run.chip.name} at {_scale_words(done)}" + (
@@ -903,7 +949,8 @@ def _spec(run: _Run) -> dict[str, Any]:
         except TypeError as exc:
             raise TaskError(f"task {task.name!r}: {exc}", hint="use JSON-able static values (numbers, strings, tuples, dtypes)") from None
         structs = [[list(s.shape), np.dtype(s.dtype).name] for s in task.arg_structs(name)]
-        scales.append({"name": name, "static": static, "structs": structs, "compile_only": name not in run.scales})
+        scales.append({"name": name, "static": static, "structs": structs, "compile_only": name not in run.scales,
+                       "optional": name in run.scales and _optional(run, name)})
     from mk.harness import gradient
 
     chip = {"chip": run.chip.name} if run.chip is not None and run.target.assumes_chip else {}
@@ -911,6 +958,12 @@ def _spec(run: _Run) -> dict[str, Any]:
     return {**chip, **garbage, "entry": run.cand.entry, "target": run.target.name, "config": run.config,
             "static_as_kwargs": task.static_as_kwargs, "static_names": [s.name for s in task.static], "scales": scales,
             **gradient.spec_fields(run)}
+
+
+def _judged_envelope(task: Task, run: _Run, frozen: FrozenSuite, compiled: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The envelope of the cases that ran (``run.suite``: the frozen suite, less the sizes :func:`_narrow` left out),
+    with the compile-only points the verdict claims, naming the frozen suite (its hash re-judges the kernel)."""
+    return replace(Envelope.of(task, run.suite, compiled=compiled), suite_hash=frozen.hash).to_dict()
 
 
 def _envelope(task: Task, suite: FrozenSuite) -> dict[str, Any]:

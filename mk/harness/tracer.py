@@ -219,6 +219,9 @@ def trace(request: dict[str, Any]) -> dict[str, Any]:
             if s.get("compile_only") and isinstance(exc, Exception):  # a scale the cases do not run: not claimed
                 scales[s["name"]] = {"compile_only_error": _failure("compile", exc, (), scale=s["name"]).get("error", "")}
                 continue
+            if s.get("optional") and isinstance(exc, Exception) and not denied_events():  # held-out or fresh: the
+                scales[s["name"]] = {"build_error": _failure("compile", exc, (), scale=s["name"]).get("error", "")}
+                continue  # judge narrows the verdict to the sizes that were built (evaluate._narrow)
             return _failure("compile", exc, denied_events(), scale=s["name"])
         seconds[f"compile:{s['name']}"] = time.perf_counter() - t1
     denied = denied_events()
