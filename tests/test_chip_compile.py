@@ -6,6 +6,7 @@ shared memory over H100's 227 KiB per block. Without the compilers the verdict s
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -204,6 +205,22 @@ def test_a_fresh_size_the_chip_refuses_narrows_the_verdict():
     env = Envelope.from_dict(r.envelope)
     assert env.check([(128, 1024), (1024, 128)]) is None and env.check([(256, 1024), (1024, 384)]) is None
     assert env.check([(384, 1024), (1024, 128)]) is not None  # a size between them: never judged
+
+
+@needs_cuda
+@pytest.mark.parametrize("fixture, status", [("r12_control_mosaic_gpu_blocks.py", "correct"),
+                                             ("r12_control_mosaic_gpu_copies.py", "unverifiable_here")])
+def test_a_mosaic_gpu_kernel_is_compiled_for_the_chip_and_judged_or_unverifiable(fixture, status):
+    # a Mosaic GPU kernel (no Triton compiler params): compiled for H100 by the compile stage either way; one the CPU
+    # interpreters cannot run (copy_gmem_to_smem has no discharge rule) is unverifiable_here, naming what stopped it
+    task = Task("chip_mgpu_tanh", lambda x, y: jnp.tanh(x) * y + 0.5 * x,
+                (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32")),
+                {"ci": Scale("ci", {"rows": 16})})
+    r = evaluate(task, (Path(__file__).parent / "adversarial" / fixture).read_text(), target="gpu", measure=False)
+    assert r.status == status, r.reason
+    assert r.compile_check.startswith("compiled for h100 at ci"), r.compile_check
+    if status == "unverifiable_here":
+        assert "cannot execute this kernel" in r.reason and "copy_gmem_to_smem" in r.reason, r.reason
 
 
 @needs_cuda

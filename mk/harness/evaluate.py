@@ -526,8 +526,9 @@ def _check_programs(run: _Run) -> None:
         run.exported[scale] = exported
         facts["kernel_calls"] = len(kernels)
         if files["cpu"] is None and not run.on_device and not run.target.host and scale in run.scales:
+            fallback = "the TPU interpreter" if run.target.interpreter == "tpu" else "Pallas's interpreter"
             run.flags.append(f"scale {scale}: {facts.get('cpu_error') or 'the HLO interpreter cannot run this kernel'}; its cases "
-                             "ran in the TPU interpreter inside the isolated tracer (weaker: see the verdict's verified_by)")
+                             f"are run by {fallback} inside the isolated tracer instead (weaker: see the verdict's verified_by)")
     # the judged scales, and the compile-only ones: one case runs at each the envelope may claim (_run_claimed)
     files = {s: {f: run.programs[s].get(f"{f}_file") for f in ("target", "cpu")} for s in (*run.scales, *run.compile_scales)}
     copied = {}
