@@ -117,23 +117,58 @@ def _primitive(key: Any) -> Any:
 
 
 def _from_library(rule: Any) -> bool:
-    """Whether a rule's code is in JAX's installed package (a module the candidate imported, e.g. an upstream op
-    defining its own primitive). A file name is the code's claim: a tripwire's check, not a proof."""
+    """Whether every piece of code a rule can run is in JAX's installed package (a module the candidate imported,
+    e.g. an upstream op defining its own primitive), followed through what a rule carries (:func:`_code_objects`:
+    closures, defaults, partials, wrapped functions, bound methods, callable objects, containers; round 12, a red
+    team: a rule made by ``mlir.lower_fun`` is JAX's code around the candidate's function). A file name is the
+    code's claim: a tripwire's check, not a proof."""
     import jax
 
-    root = str(Path(jax.__file__).resolve().parent.parent)
-    for part in (_identity(rule),):
-        for obj in _flatten(part):
-            code = obj if isinstance(obj, types.CodeType) else None
-            if code is not None and not str(Path(code.co_filename).resolve()).startswith(root + "/jax"):
-                return False
-    return True
+    root = str(Path(jax.__file__).resolve().parent.parent) + "/jax"
+    return all(str(Path(code.co_filename).resolve()).startswith(root) for code in _code_objects(rule))
 
 
-def _flatten(value: Any) -> list[Any]:
-    if type(value) is tuple:
-        return [x for v in value for x in _flatten(v)]
-    return [value]
+def _code_objects(value: Any, depth: int = 0, seen: set[int] | None = None) -> list[types.CodeType]:
+    """The code objects reachable from ``value`` through the parts of a callable that decide what it runs (bounded
+    depth; each object once)."""
+    seen = set() if seen is None else seen
+    if depth > 12 or id(value) in seen or value is None or isinstance(value, (str, bytes, int, float, bool, complex)):
+        return []
+    seen.add(id(value))
+    found: list[types.CodeType] = []
+
+    def more(*parts: Any) -> None:
+        for part in parts:
+            found.extend(_code_objects(part, depth + 1, seen))
+
+    if isinstance(value, types.CodeType):
+        return [value]
+    if isinstance(value, (types.ModuleType, type)):
+        return []  # a module or class is not run by being referenced; its functions are reached where they are held
+    if isinstance(value, (tuple, list, set, frozenset)):
+        more(*value)
+    elif isinstance(value, dict):
+        more(*value.values())
+    elif isinstance(value, functools.partial):
+        more(value.func, *value.args, *value.keywords.values())
+    elif isinstance(value, types.MethodType):
+        more(value.__func__, value.__self__)
+    elif isinstance(value, types.FunctionType):
+        found.append(value.__code__)
+        cells = []
+        for cell in value.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        more(*cells, value.__defaults__, value.__kwdefaults__, getattr(value, "__wrapped__", None))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        more(*(getattr(value, f.name, None) for f in dataclasses.fields(value)))
+    elif callable(value):  # a jitted function, a custom_jvp, an object with __call__: what it wraps and how it calls
+        call = type(value).__dict__.get("__call__")
+        more(getattr(value, "__wrapped__", None), getattr(value, "fun", None), call if isinstance(call, types.FunctionType) else None,
+             {k: v for k, v in vars(value).items()} if hasattr(value, "__dict__") else None)
+    return found
 
 
 def changed(snap: dict[str, Any]) -> str | None:
