@@ -109,8 +109,8 @@ class Target:
 
     def interpret_params(self, seed: int | None = None, poison: str = "nan") -> Any:
         """The interpreter a kernel falls back to when Pallas's HLO interpreter cannot run it: the TPU
-        interpreter (uninitialised memory filled with ``poison``, ``"nan"``, ``"zero"`` or ``"mk-garbage"``,
-        random finite values, :mod:`mk.harness.poison`; race detection;
+        interpreter (uninitialised memory filled with ``poison``, ``"nan"``, ``"zero"`` or one of mk's fills,
+        :data:`mk.harness.poison.FILLS`; race detection;
         ``seed`` shuffles the order in which it visits "parallel" grid axes) for tpu, the HLO interpreter
         otherwise."""
         if self.interpreter == "tpu":
@@ -119,10 +119,10 @@ class Target:
             from mk.harness import races
 
             races.install()  # the same findings as upstream's detector, far faster (mk/harness/races.py)
-            if poison == "mk-garbage":
+            if poison.startswith("mk-garbage"):
                 from mk.harness import poison as garbage
 
-                garbage.install()  # random finite values in unwritten memory (mk/harness/poison.py)
+                garbage.install()  # mk's fills of unwritten memory (mk/harness/poison.py)
             return pltpu.InterpretParams(uninitialized_memory=poison, detect_races=True, random_seed=seed)
         return True
 

@@ -25,15 +25,46 @@ def _read_unwritten_scratch(fill: str) -> np.ndarray:
     return np.asarray(out)
 
 
-def test_unwritten_memory_holds_finite_varied_values_that_follow_the_seed():
+def test_unwritten_memory_holds_the_fills_family_and_follows_the_seed():
     poison.seed(1234)
     first = _read_unwritten_scratch(poison.GARBAGE)
-    assert np.isfinite(first).all() and np.count_nonzero(first) == first.size
-    assert len(np.unique(first)) > first.size // 2  # not one recognisable value
+    assert np.isfinite(first).all()
+    fam = poison.family(poison.GARBAGE)
+    if fam == "zeros":
+        assert not first.any()
+    else:
+        assert len(np.unique(first)) > first.size // 2  # not one recognisable value
     poison.seed(1234)
     assert np.array_equal(_read_unwritten_scratch(poison.GARBAGE), first)
     poison.seed(99)
-    assert not np.array_equal(_read_unwritten_scratch(poison.GARBAGE), first)
+    other = _read_unwritten_scratch(poison.GARBAGE)
+    assert not np.array_equal(other, first) or poison.family(poison.GARBAGE) == fam == "zeros"
+
+
+def test_the_two_fills_of_a_seed_are_different_families_and_every_family_is_drawn():
+    seen = set()
+    for s in range(40):
+        poison.seed(s)
+        a, b = poison.family(poison.GARBAGE), poison.family(poison.GARBAGE_SHUFFLED)
+        assert a != b and {a, b} <= set(poison.FAMILIES)
+        seen |= {a, b}
+    assert seen == set(poison.FAMILIES)
+
+
+def test_each_family_looks_like_itself_in_every_dtype():
+    for s in range(40):
+        poison.seed(s)
+        for fill in poison.FILLS:
+            fam = poison.family(fill)
+            f = poison.array((64, 128), np.float32, fill)
+            i = poison.array((64, 128), np.int32, fill)
+            assert np.isfinite(f).all()
+            if fam == "zeros":
+                assert not f.any() and not i.any()
+            elif fam == "bits":  # integers over the whole range, not within +-32768
+                assert np.abs(i.astype(np.int64)).max() > 2**20
+            elif fam == "normal":
+                assert abs(np.mean(f)) < 0.2 * np.std(f) and (np.abs(f) > 2 * np.std(f)).mean() > 0.02  # tails
 
 
 @pytest.mark.parametrize("fill, check", [("nan", np.isnan), ("zero", lambda a: a == 0)])
@@ -50,3 +81,4 @@ def test_values_for_every_dtype_are_finite_and_typed():
         if dtype not in (np.bool_,) and not np.issubdtype(np.dtype(dtype), np.integer):
             assert np.isfinite(a.astype(np.float32)).all()
         assert np.asarray(poison.value(dtype)).size == 1
+        assert poison.array((4, 8), dtype, poison.GARBAGE_SHUFFLED).shape == (4, 8)

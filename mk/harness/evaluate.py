@@ -691,8 +691,8 @@ def _check_races(run: _Run) -> None:
                          record=False, slow=20.0, tracer_run=check)
 
 
-#: the TPU-interpreter check's runs (mk.harness.tracer.CHECKS): as the cases; "parallel" axes shuffled; finite garbage
-#: as poison (mk.harness.poison)
+#: the TPU-interpreter check's runs (mk.harness.tracer.CHECKS): as the cases; "parallel" axes shuffled with one secret
+#: fill; in order with another (mk.harness.poison)
 CHECK_RUNS = ("ordered", "shuffled", "garbage")
 
 
@@ -701,19 +701,22 @@ def _shuffles(facts: dict[str, Any]) -> bool:
 
 
 def check_runs(facts: dict[str, Any]) -> list[str]:
-    """The TPU-interpreter check's runs for a traced program (``shuffled`` only where a "parallel" axis has >= 2
-    steps: otherwise it is the ordered run again)."""
-    return [c for c in CHECK_RUNS if c != "shuffled" or _shuffles(facts)]
+    """The TPU-interpreter check's runs for a traced program: all of them (``shuffled`` also where no "parallel"
+    axis has two steps: its fill is the second of the two secret families, so it is never the ordered run again)."""
+    return list(CHECK_RUNS)
 
 
 def check_note(facts: dict[str, Any], check: str) -> str:
     """What the name of a TPU-interpreter check run adds about how it differs from the cases' run of the same trace
     (``ordered`` runs as they do: NaN in unwritten memory, the grid in order)."""
+    fill = "; memory not yet written holds values of a secret fill here (as stale memory on a chip), NaN in the cases"
     if check == "garbage":
-        return "; memory not yet written holds random finite values here (as stale memory on a chip), NaN in the cases"
+        return fill
     if check == "shuffled" and _shuffles(facts):
         return ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried '
-                'along such an axis is a race there, declare it "arbitrary"')
+                'along such an axis is a race there, declare it "arbitrary"' + fill)
+    if check == "shuffled":
+        return fill
     return ""
 
 

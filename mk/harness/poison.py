@@ -1,12 +1,15 @@
-"""Finite garbage in memory a kernel has not written yet, for the TPU interpreter's third check run.
+"""Fills for memory a kernel has not written yet, for the TPU interpreter's check runs.
 
 Pallas's TPU interpreter fills the memory it allocates (scratch buffers, output blocks, block padding) with NaN or
-zeros (``InterpretParams.uninitialized_memory``). Both are recognisable: a kernel that reads memory it never wrote and
-behaves honestly only when it finds NaN or zero passes every interpreted check, and on a chip, where that memory
-holds whatever the last kernel left (finite, varied), takes its other path. :func:`install` adds a third fill,
-:data:`GARBAGE`: random finite values per element, drawn from a secret seed the judge sends (a constant of the same
-draw where the interpreter pads with one value), so a kernel cannot tell it from stale memory by a value or by being
-uniform.
+zeros (``InterpretParams.uninitialized_memory``). A kernel that reads memory it never wrote and behaves honestly
+only when it finds the judge's fill passes every interpreted check, and on a chip, where that memory holds whatever
+the last kernel left, takes its other path. :func:`install` adds two fills of mk's own, :data:`GARBAGE` (the
+``garbage`` run) and :data:`GARBAGE_SHUFFLED` (the ``shuffled`` run), each from a different *family* drawn from the
+judge's secret seed: ``uniform`` (random values in +-scale), ``normal`` (as stale activations are), ``bits``
+(random bit patterns, made finite: integers over their whole range) or ``zeros`` (fresh memory), each with a secret
+scale, and a constant of the same draw where the interpreter pads with one value. Both runs must match the
+reference, so a kernel that recognises one family (round 12, a red team: "honest only when an int32 scratch holds
+values within +-32768", "only when a float scratch looks uniform") disagrees with itself in the other.
 """
 
 from __future__ import annotations
@@ -16,55 +19,96 @@ from typing import Any
 
 import numpy as np
 
-#: the ``uninitialized_memory`` value that selects the garbage fill (not one upstream knows)
+#: the ``uninitialized_memory`` values of mk's fills (not ones upstream knows): the garbage run's, the shuffled run's
 GARBAGE = "mk-garbage"
+GARBAGE_SHUFFLED = "mk-garbage-shuffled"
+FILLS = (GARBAGE, GARBAGE_SHUFFLED)
+#: what a fill's values look like; the two fills of one judgement never share one
+FAMILIES = ("uniform", "normal", "bits", "zeros")
 
 _lock = threading.Lock()
-_draw: dict[str, Any] = {"rng": None, "scale": 1.0, "fill": 1.0}
+_draws: dict[str, dict[str, Any]] = {}
 
 
 def seed(value: int) -> None:
-    """The secret seed the garbage comes from (the judge's; set in the tracer before the check programs are built)."""
+    """The secret seed the fills come from (the judge's; set in the tracer before the check programs are built):
+    two different families, one per fill, each with its own scale and stream."""
     rng = np.random.default_rng(int(value))
+    families = rng.choice(len(FAMILIES), size=len(FILLS), replace=False)
     with _lock:
-        _draw.update(rng=rng, scale=float(10.0 ** rng.uniform(0.0, 2.0)), fill=0.0)
-        _draw["fill"] = float(rng.uniform(-1.0, 1.0) * _draw["scale"]) or 1.0
+        for name, family in zip(FILLS, families):
+            sub = np.random.default_rng(int(rng.integers(2**63)))
+            scale = float(10.0 ** sub.uniform(0.0, 2.0))
+            draw = {"rng": sub, "family": FAMILIES[int(family)], "scale": scale}
+            draw["fill"] = float(_floats(sub, draw["family"], scale, (1,), np.dtype(np.float32))[0])
+            _draws[name] = draw
 
 
-def _rng() -> np.random.Generator:
-    if _draw["rng"] is None:
-        seed(int.from_bytes(np.random.SeedSequence().entropy.to_bytes(16, "little")[:4], "little"))
-    return _draw["rng"]
+def family(fill: str = GARBAGE) -> str:
+    """The family ``fill`` draws from under the current seed."""
+    return _draw(fill)["family"]
 
 
-def value(dtype: Any) -> Any:
-    """One finite garbage value of ``dtype`` (where the interpreter fills with a single value: block padding)."""
+def _draw(fill: str) -> dict[str, Any]:
+    if fill not in _draws:  # no seed from the judge (a direct use): a random one
+        seed(int(np.random.SeedSequence().generate_state(1)[0]))
+    return _draws[fill]
+
+
+def _floats(rng: np.random.Generator, family: str, scale: float, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    if family == "zeros":
+        return np.zeros(shape, dt)
+    if family == "normal":
+        return (rng.standard_normal(shape) * scale).astype(np.float32).astype(dt)
+    if family == "bits":
+        out = rng.integers(0, 256, size=(*shape, dt.itemsize), dtype=np.uint8).view(dt).reshape(shape)
+        bad = ~np.isfinite(out.astype(np.float32))
+        out[bad] = (rng.uniform(-1.0, 1.0, int(bad.sum())) * scale).astype(dt)
+        return out
+    return (rng.uniform(-1.0, 1.0, size=shape) * scale).astype(np.float32).astype(dt)
+
+
+def _ints(rng: np.random.Generator, family: str, scale: float, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    info = np.iinfo(dt)
+    if family == "zeros":
+        return np.zeros(shape, dt)
+    if family == "bits":
+        return rng.integers(0, 256, size=(*shape, dt.itemsize), dtype=np.uint8).view(dt).reshape(shape)
+    if family == "normal":
+        values = np.round(rng.standard_normal(shape) * scale * 100)
+    else:
+        values = rng.integers(-32768, 32768, size=shape)
+    return np.clip(values, info.min, info.max).astype(dt)
+
+
+def value(dtype: Any, fill: str = GARBAGE) -> Any:
+    """One value of ``dtype`` from ``fill`` (where the interpreter fills with a single value: block padding)."""
     dt = np.dtype(dtype)
+    draw = _draw(fill)
     if np.issubdtype(dt, np.bool_):
-        return True
+        return draw["family"] != "zeros"
     if np.issubdtype(dt, np.integer):
         info = np.iinfo(dt)
-        return int(np.clip(int(_draw["fill"] * 1000), info.min, info.max))
-    return _draw["fill"]
+        return int(np.clip(int(draw["fill"] * 1000), info.min, info.max))
+    return draw["fill"]
 
 
-def array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """Random finite garbage of ``shape`` and ``dtype``: floats uniform in +-scale (a secret 1 to 100), integers in
-    +-32768 (clipped to the type), booleans either way."""
+def array(shape: tuple[int, ...], dtype: Any, fill: str = GARBAGE) -> np.ndarray:
+    """Values of ``shape`` and ``dtype`` from ``fill``'s family (finite; booleans either way unless zeros)."""
     dt = np.dtype(dtype)
     with _lock:
-        rng = _rng()
+        draw = _draw(fill)
+        rng, fam, scale = draw["rng"], draw["family"], draw["scale"]
         if np.issubdtype(dt, np.bool_):
-            return rng.random(shape) < 0.5
+            return np.zeros(shape, bool) if fam == "zeros" else rng.random(shape) < 0.5
         if np.issubdtype(dt, np.integer):
-            info = np.iinfo(dt)
-            return np.clip(rng.integers(-32768, 32768, size=shape), info.min, info.max).astype(dt)
-        return (rng.uniform(-1.0, 1.0, size=shape) * _draw["scale"]).astype(np.float32).astype(dt)
+            return _ints(rng, fam, scale, shape, dt)
+        return _floats(rng, fam, scale, shape, dt)
 
 
 def install() -> bool:
-    """Teach the TPU interpreter the :data:`GARBAGE` fill (idempotent); False where its fill functions are not the
-    ones this wraps (the garbage run then fails loudly rather than pass as a NaN run)."""
+    """Teach the TPU interpreter mk's fills (idempotent); False where its fill functions are not the ones this wraps
+    (a run with mk's fill then fails loudly rather than pass as a NaN run)."""
     try:
         from jax._src.pallas.mosaic.interpret import utils
     except ImportError:
@@ -76,15 +120,15 @@ def install() -> bool:
     upstream_value, upstream_array = utils.get_uninitialized_value, utils.get_uninitialized_array
 
     def get_uninitialized_value(dtype: Any, uninitialized_memory: Any) -> Any:
-        if uninitialized_memory == GARBAGE:
-            return value(dtype)
+        if uninitialized_memory in FILLS:
+            return value(dtype, uninitialized_memory)
         return upstream_value(dtype, uninitialized_memory)
 
     def get_uninitialized_array(shape: Any, dtype: Any, uninitialized_memory: Any) -> Any:
-        if uninitialized_memory == GARBAGE:
+        if uninitialized_memory in FILLS:
             import jax.numpy as jnp
 
-            return jnp.asarray(array(tuple(int(s) for s in shape), dtype))
+            return jnp.asarray(array(tuple(int(s) for s in shape), dtype, uninitialized_memory))
         return upstream_array(shape, dtype, uninitialized_memory)
 
     get_uninitialized_value._mk_garbage = True  # type: ignore[attr-defined]

@@ -262,13 +262,14 @@ def _tampered() -> dict[str, Any] | None:
 
 #: the TPU-interpreter runs of a program whose cases the HLO interpreter runs (NaN in unwritten memory, the grid in
 #: order), each with race detection: ``ordered`` looks like the cases to a kernel (NaN, in order), so a kernel
-#: cannot race only where no race is looked for; ``shuffled`` visits "parallel" axes out of order with the same NaN,
-#: so state carried along one shows even in a kernel that can tell the other runs apart by their poison (on one
-#: core: the interpreter's two-core mode reported a race in upstream splash attention, a false positive); ``garbage``
-#: fills unwritten memory with random finite values from a secret seed (:mod:`mk.harness.poison`), as stale memory on
-#: a chip holds, so a kernel honest only when it finds NaN (or zero) disagrees with itself.
+#: cannot race only where no race is looked for; ``shuffled`` visits "parallel" axes out of order (on one core: the
+#: interpreter's two-core mode reported a race in upstream splash attention, a false positive); ``shuffled`` and
+#: ``garbage`` fill unwritten memory from two different secret families (:mod:`mk.harness.poison`: uniform, normal,
+#: random bits or zeros), as stale memory on a chip holds something, so a kernel honest only when it finds NaN, or
+#: one family, disagrees with itself. A kernel that recognises mk's fills to hide a race along a parallel axis must
+#: then be honest on zeros, normal-looking and random memory alike: what a chip's memory holds.
 #: Each run: (poison, in order)
-CHECKS = {"ordered": ("nan", True), "shuffled": ("nan", False), "garbage": ("mk-garbage", True)}
+CHECKS = {"ordered": ("nan", True), "shuffled": ("mk-garbage-shuffled", False), "garbage": ("mk-garbage", True)}
 
 
 def _tpu_interpreted(closed: Any, target: Any, axes: list[Any], check: bool) -> dict[str, Any]:
