@@ -114,8 +114,11 @@ _CHUNK = 1 << 22
 
 
 def zero_rows(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
-    """Zero about a quarter of ``x``'s rows (vectors along the last axis; at least one and never all, when there are
-    two or more) and, for two or more axes, one column of the last axis, in place."""
+    """Zero rows of ``x`` (vectors along the last axis; at least one and never all, when there are two or more) and,
+    for two or more axes, one column of the last axis, in place. The rows: about a quarter, scattered, and the last
+    half of the rows of some sequences (the second-to-last axis, per leading index; all rows for two axes), as
+    padding and loss-masked tokens come, in runs at the end of a sequence, so whole blocks of rows are zero too
+    (round 12, a red team: a kernel that skipped a block whose rows were all zero passed scattered rows)."""
     if x.ndim == 0 or x.size == 0:
         return x
     flat = x.reshape(-1, x.shape[-1]) if x.ndim >= 2 else x.reshape(-1, 1)
@@ -123,6 +126,12 @@ def zero_rows(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
     if n >= 2:  # one row alone is left as drawn (zeroing it would zero the input)
         hit = rng.random(n) < 0.25
         hit[rng.integers(n)] = True
+        seq = x.shape[-2] if x.ndim >= 3 else n
+        if seq >= 2:
+            tails = hit.reshape(-1, seq)  # a view: one row per sequence
+            chosen = rng.random(tails.shape[0]) < 0.5
+            chosen[rng.integers(tails.shape[0])] = True
+            tails[chosen, seq - seq // 2:] = True
         if hit.all():
             hit[rng.integers(n)] = False
         flat[hit] = 0

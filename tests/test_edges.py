@@ -21,7 +21,8 @@ def test_floating_inputs_get_zero_rows_and_a_zero_column_but_not_all_zero():
     zero_rows = (x == 0).all(axis=1)
     assert 1 <= zero_rows.sum() < x.shape[0]
     assert ((x == 0).all(axis=0)).sum() >= 1  # a whole column
-    assert np.isfinite(x).all() and np.count_nonzero(x) > x.size // 2
+    assert np.isfinite(x).all() and np.count_nonzero(x) > x.size // 8
+    assert zero_rows[x.shape[0] // 2:].all()  # a run at the end (rank 2: one sequence): whole blocks of rows zero
     assert w.dtype == jnp.bfloat16 and np.count_nonzero(np.asarray(w, np.float32)) < w.size  # rank 1: entries zeroed
 
 
@@ -52,3 +53,5 @@ def test_normal_cotangents_have_exact_zero_rows_and_never_only_zeros():
             assert 1 <= rows.sum() < rows.size, name
             assert not (ct == 0).all(axis=(0, 1)).any()  # rows only: no zero column in a cotangent
         assert np.count_nonzero(ct1) == ct1.size  # a rank-1 output's cotangent is left whole
+        masked = (ct3 == 0).all(axis=-1)  # (4, 16): per sequence, which tokens are masked
+        assert masked[:, 8:].all(axis=1).any()  # some sequence has its last half masked, as a loss mask does
