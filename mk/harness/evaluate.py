@@ -674,8 +674,8 @@ def _ablate(run: _Run) -> None:
 def _check_races(run: _Run) -> None:
     """Rules 5 and 18: at each suite scale, every TPU kernel runs again on a case from a secret seed in the TPU
     interpreter with race detection (in the tracer: its host callbacks cannot be exported; it costs ~20x a case),
-    once per run of :func:`check_runs` (mk.harness.tracer.CHECKS: as the cases; "parallel" axes out of order;
-    zeros as poison). It models what the HLO interpreter does not: DMA races, out-of-bounds block accesses, output
+    once per run of :func:`check_runs` (mk.harness.tracer.CHECKS: as the cases; "parallel" axes out of order with
+    one secret fill of unwritten memory; in order with another, :mod:`mk.harness.poison`). It models what the HLO interpreter does not: DMA races, out-of-bounds block accesses, output
     blocks revisited after they were written back, state carried along a "parallel" axis, reads of memory never
     written. A race rejects; an error or a mismatch there counts as incorrect. A tracer could hide a finding,
     never invent a pass."""
