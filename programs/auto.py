@@ -386,6 +386,7 @@ class Auto:
             max_trials=self.max_trials,
             on_trial=lambda t: self.on_event("trial", {"iteration": a.iteration, "params": t.params, "status": t.status, "reason": t.reason}),
             should_stop=self.budget.exceeded if self.budget is not None else None,
+            judged_default=a.test,  # the default config's verdict on the whole suite: its trial is not judged again
         )
         if a.tuned.result is None or a.tuned.result.status != "correct":
             # keep the untuned, verified default rather than lose a correct candidate

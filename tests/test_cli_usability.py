@@ -117,6 +117,32 @@ def test_autotune_judges_a_repeated_config_once_and_prints_no_traceback(files, c
     assert "Traceback" not in err and "failed with parameters" not in err
 
 
+def test_the_trial_of_the_default_config_reuses_its_verdict_on_the_whole_suite(files):
+    from mk.tuning.autotune import autotune
+
+    task, suite = _fake_task_and_suite(files)
+    cand = Candidate.from_source(GOOD.replace("def kernel(x, w):", "CONFIG_SPACE = {'a': [1, 2]}\n\ndef kernel(x, w, *, a=2):"))
+    calls = []
+
+    def fake_evaluate(task, candidate, *, target, suite, config):
+        calls.append((dict(config), len(suite.cases)))
+        return EvalResult(status="correct", reason="ok", task=task.name, target=target,
+                          timing=TimingResult(measured=False, reason="no device"))
+
+    judged = EvalResult(status="correct", reason="the default, judged on the whole suite", task=task.name, target="tpu",
+                        timing=TimingResult(measured=False, reason="no device"))
+    result = autotune(task, cand, target="tpu", suite=suite, evaluate=fake_evaluate, max_trials=2, judged_default=judged)
+    assert {tuple(o.params.items()) for o in result.trials} == {(("a", 1),), (("a", 2),)}
+    assert [o.reason for o in result.trials if o.params == {"a": 2}] == ["the default, judged on the whole suite"]
+    # judged: the other config on the fast subset, then the winner (the default) on the whole suite
+    assert calls == [({"a": 1}, len(suite.subset(2).cases)), ({"a": 2}, len(suite.cases))]
+    # a default the keyword defaults do not give (no default for a) is judged as before
+    calls.clear()
+    plain = Candidate.from_source(GOOD.replace("def kernel(x, w):", "CONFIG_SPACE = {'a': [1, 2]}\n\ndef kernel(x, w, *, a=None):"))
+    autotune(task, plain, target="tpu", suite=suite, evaluate=fake_evaluate, max_trials=2, judged_default=judged)
+    assert len(calls) == 3
+
+
 def test_a_config_the_chips_compiler_refuses_is_a_pruned_trial_with_the_reason(files, monkeypatch):
     import optuna
 

@@ -68,10 +68,13 @@ def autotune(
     subset: int = 2,
     on_trial: Callable[[TrialOutcome], None] | None = None,
     should_stop: Callable[[], str | None] | None = None,
+    judged_default: EvalResult | None = None,
 ) -> TuneResult:
     """Tune ``candidate`` and return the re-verified winner. ``should_stop()`` is asked before every trial (a run's
     budget): when it gives a reason, tuning stops there and no winner is re-verified (``result`` is None; the
-    caller keeps its verified default)."""
+    caller keeps its verified default). ``judged_default``: the candidate already judged with its own keyword
+    defaults (``config={}``) on the whole ``suite``, a superset of the trials' fast subset; the trial of that config
+    reuses the verdict instead of judging it again."""
     import optuna
 
     space = {k: list(v) for k, v in (candidate.config_space or {}).items() if v}
@@ -98,11 +101,17 @@ def autotune(
     outcomes: list[TrialOutcome] = []
     seen: dict[str, EvalResult] = {}  # a sampler may repeat a config: judge each config once
 
+    def key(params: dict[str, Any]) -> str:
+        return repr(sorted(params.items()))
+
+    defaults = keyword_defaults(candidate)
+    if judged_default is not None and default and all(k in defaults and defaults[k] == v for k, v in default.items()):
+        seen[key(default)] = judged_default  # config={} is exactly this config
+
     def objective(trial: "optuna.Trial") -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
-        key = repr(sorted(params.items()))
-        res = seen.get(key) or evaluate(task, candidate, target=target, suite=fast, config=params)
-        seen[key] = res
+        res = seen.get(key(params)) or evaluate(task, candidate, target=target, suite=fast, config=params)
+        seen[key(params)] = res
         seconds = res.timing.candidate_median_s if res.timing and res.timing.measured else None
         outcome = TrialOutcome(trial.number, params, res.status, res.reason, seconds)
         outcomes.append(outcome)
