@@ -254,11 +254,12 @@ def reference_vjp(task: Any, scale: str, inputs: list[np.ndarray], cotangents: l
                   upcast: bool = False, f64: bool = False) -> list[np.ndarray] | None:
     """``jax.vjp`` of the task's reference at ``scale`` with respect to its floating inputs (the others held fixed);
     ``upcast``: 16-bit floating inputs and cotangents in float32; ``f64``: float32 inputs and cotangents in float64
-    with JAX's 64-bit mode on (either is None when the reference does not run that way)."""
+    with JAX's 64-bit mode on (either is None when the reference does not run that way). The forward and the
+    pullback run as one jitted program, as the forward's reference outputs do (``suite.ReferenceCache``), compiled
+    once per task, size and form (:func:`_vjp_program`)."""
     import contextlib
 
     import jax
-    import jax.numpy as jnp
 
     from mk.harness.compare import low_precision
 
@@ -269,29 +270,56 @@ def reference_vjp(task: Any, scale: str, inputs: list[np.ndarray], cotangents: l
     if f64:
         inputs = [x.astype(np.float64) if x.dtype == np.float32 else x for x in inputs]
         cotangents = [c.astype(np.float64) if c.dtype == np.float32 else c for c in cotangents]
-    ref = task.bind(task.reference, scale)
-
-    def f(*floats: Any) -> Any:
-        xs = list(inputs)
-        for i, v in zip(want, floats):
-            xs[i] = v
-        return ref(*xs)
-
     mode = contextlib.ExitStack()
     if f64:
         for ctx in (jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]), jax.default_matmul_precision("highest")):
             mode.enter_context(ctx)
+    floats = [inputs[i] for i in want]
+    fixed = [None if i in want else x for i, x in enumerate(inputs)]
     try:
         with mode:
-            out, pullback = jax.vjp(f, *[jnp.asarray(inputs[i]) for i in want])
-            tree = jax.tree_util.tree_structure(out)
-            cts = jax.tree_util.tree_unflatten(tree, [jnp.asarray(c, dtype=o.dtype) for c, o in
-                                                      zip(cotangents, jax.tree_util.tree_leaves(out))])
-            return [np.asarray(g) for g in jax.jit(pullback)(cts)]
+            fn = _vjp_program(task, scale, tuple(want), [(x.shape, str(x.dtype)) for x in inputs], f64)
+            return [np.asarray(g) for g in fn(floats, fixed, list(cotangents))]
     except Exception:  # noqa: BLE001 - only the upcast/f64 forms may fail (the plain one is the reference itself)
         if upcast or f64:
             return None
         raise
+
+
+#: jitted reference VJPs by (task, size, statics, differentiated inputs, input types, 64-bit), the newest last
+_VJP_PROGRAMS: dict[tuple[Any, ...], Any] = {}
+_VJP_PROGRAMS_KEPT = 32
+
+
+def _vjp_program(task: Any, scale: str, want: tuple[int, ...], types: list[tuple[Any, str]], f64: bool) -> Any:
+    """One jitted function ``(floats, fixed, cotangents) -> gradients`` of the reference at ``scale``: ``floats`` the
+    inputs differentiated (``want``), ``fixed`` the others (None where a float goes), the cotangents cast to the
+    outputs' dtypes. Kept per task and size (a fresh size under a reused scale name is another key), so the many
+    cotangents and cases of one judgement, and the judgements of one run, trace and compile it once."""
+    import jax
+
+    key = (task.fingerprint(), scale, repr(task.static_values(scale)), want, repr(types), f64)
+    fn = _VJP_PROGRAMS.pop(key, None)
+    if fn is None:
+        ref = task.bind(task.reference, scale)
+
+        def vjp(floats: list[Any], fixed: list[Any], cotangents: list[Any]) -> Any:
+            def f(*values: Any) -> Any:
+                xs = list(fixed)
+                for i, v in zip(want, values):
+                    xs[i] = v
+                return ref(*xs)
+
+            out, pullback = jax.vjp(f, *floats)
+            leaves = jax.tree_util.tree_leaves(out)
+            cts = [c.astype(o.dtype) for c, o in zip(cotangents, leaves)]
+            return pullback(jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out), cts))
+
+        fn = jax.jit(vjp)
+    _VJP_PROGRAMS[key] = fn
+    while len(_VJP_PROGRAMS) > _VJP_PROGRAMS_KEPT:
+        _VJP_PROGRAMS.pop(next(iter(_VJP_PROGRAMS)))
+    return fn
 
 
 def compare(expected: list[np.ndarray], got: list[np.ndarray], tol: float, elem: tuple[float, float]
