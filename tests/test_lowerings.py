@@ -54,13 +54,42 @@ def test_a_rule_rewritten_in_place_is_a_change(tables, monkeypatch):
     assert found is not None and found.endswith("was replaced or rewritten")
 
 
-def test_a_new_primitive_from_jax_itself_is_not_a_change_but_the_candidates_is(tables):
+def test_a_new_primitive_from_jax_itself_is_not_a_change_but_the_candidates_is(tables, monkeypatch):
+    from jax._src.lax import lax as jax_lax
+
     jax_own = jcore.Primitive("mk_test_jax_own")
+    monkeypatch.setattr(jax_lax, "mk_test_jax_own_p", jax_own, raising=False)  # as a JAX module imported later defines it
     mlir.register_lowering(jax_own, mlir._lowerings[jax.lax.neg_p].rule)  # code in JAX's package
     assert lowerings.changed(tables) is None
-    theirs = jcore.Primitive("mk_test_candidates")
-    mlir.register_lowering(theirs, lambda ctx, x: [x])  # code in this file
+    made_here = jcore.Primitive("mk_test_made_here")  # JAX's rule, but a primitive no JAX module defines
+    mlir.register_lowering(made_here, mlir._lowerings[jax.lax.neg_p].rule, platform="tpu")
+    assert "for mk_test_made_here" in lowerings.changed(tables)
+    del mlir._platform_specific_lowerings["tpu"][made_here]
+    monkeypatch.setattr(jax_lax, "mk_test_candidates_p", jcore.Primitive("mk_test_candidates"), raising=False)
+    mlir.register_lowering(jax_lax.mk_test_candidates_p, lambda ctx, x: [x])  # code in this file
     assert "for mk_test_candidates" in lowerings.changed(tables)
+
+
+def test_code_is_followed_through_what_a_rule_carries():
+    from functools import partial
+
+    rule = mlir._lowerings[jax.lax.neg_p].rule
+    assert lowerings._from_library(rule) and lowerings._from_library(partial(rule, 1))
+    assert not lowerings._from_library(mlir.lower_fun(lambda x: x, multiple_results=False))  # lower_fun around ours
+
+    class Base:
+        def __call__(self, *args):
+            return args
+
+    class Rule(Base):  # __call__ inherited
+        pass
+
+    class Made:
+        def __new__(cls, *args):
+            return args
+
+    assert not lowerings._from_library(Rule()) and not lowerings._from_library(Made)
+    assert not lowerings._from_library(partial(rule, helper=[{"f": lambda: 0}]))  # inside containers too
 
 
 def test_a_replaced_table_is_a_change(tables, monkeypatch):
