@@ -82,3 +82,21 @@ def test_values_for_every_dtype_are_finite_and_typed():
             assert np.isfinite(a.astype(np.float32)).all()
         assert np.asarray(poison.value(dtype)).size == 1
         assert poison.array((4, 8), dtype, poison.GARBAGE_SHUFFLED).shape == (4, 8)
+
+
+def test_block_padding_holds_varied_values_of_the_fill():
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret, utils
+
+    poison.install()
+    for s in range(12):
+        poison.seed(s)
+        fam = poison.family(poison.GARBAGE)
+        padded = np.asarray(utils.pad_to_block_dimension(jnp.ones((3, 5), jnp.float32), (4, 8), poison.GARBAGE))
+        assert padded.shape == (4, 8) and (padded[:3, :5] == 1).all()
+        tail = np.concatenate([padded[3:].ravel(), padded[:3, 5:].ravel()])
+        assert np.isfinite(tail).all()
+        assert (not tail.any()) if fam == "zeros" else len(np.unique(tail)) > tail.size // 2  # not one repeated value
+        with get_target("tpu").lowering_context("v6e"):  # the padded shape follows the chip's tiling
+            shared = tpu_interpret._get_with_padding(np.ones((3, 5), np.float32), poison.GARBAGE)
+        assert (shared[:3, :5] == 1).all() and np.isfinite(shared).all()
+    assert (np.asarray(utils.pad_to_block_dimension(jnp.ones((3, 5)), (4, 8), "nan"))[3:] != 1).all()  # upstream's

@@ -7,7 +7,8 @@ the last kernel left, takes its other path. :func:`install` adds two fills of mk
 ``garbage`` run) and :data:`GARBAGE_SHUFFLED` (the ``shuffled`` run), each from a different *family* drawn from the
 judge's secret seed: ``uniform`` (random values in +-scale), ``normal`` (as stale activations are), ``bits``
 (random bit patterns, made finite: integers over their whole range) or ``zeros`` (fresh memory), each with a secret
-scale, and a constant of the same draw where the interpreter pads with one value. Both runs must match the
+scale, in scratch, unwritten output blocks and the padding of partial blocks alike (round 12: a red team's kernel was
+honest only where a partial block's padding was one repeated value, as upstream pads). Both runs must match the
 reference, so a kernel that recognises one family (round 12, a red team: "honest only when an int32 scratch holds
 values within +-32768", "only when a float scratch looks uniform") disagrees with itself in the other.
 """
@@ -131,14 +132,41 @@ def install() -> bool:
             return jnp.asarray(array(tuple(int(s) for s in shape), dtype, uninitialized_memory))
         return upstream_array(shape, dtype, uninitialized_memory)
 
-    get_uninitialized_value._mk_garbage = True  # type: ignore[attr-defined]
-    get_uninitialized_array._mk_garbage = True  # type: ignore[attr-defined]
+    upstream_pad = utils.pad_to_block_dimension
+
+    def pad_to_block_dimension(value: Any, block_shape: Any, uninitialized_memory: Any) -> Any:
+        if uninitialized_memory not in FILLS:
+            return upstream_pad(value, block_shape, uninitialized_memory)
+        padded = tuple(((v - 1) // b + 1) * b for v, b in zip(value.shape, block_shape))
+        if padded == tuple(value.shape):
+            return value
+        import jax.numpy as jnp
+
+        filler = jnp.asarray(array(padded, value.dtype, uninitialized_memory))  # varied, as a chip's stale memory
+        return filler.at[tuple(slice(0, d) for d in value.shape)].set(value)
+
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+
+    upstream_padding = tpu_interpret._get_with_padding
+
+    def _get_with_padding(x: Any, uninitialized_memory: Any) -> Any:
+        if uninitialized_memory not in FILLS:
+            return upstream_padding(x, uninitialized_memory)
+        result = np.array(upstream_padding(x, "zero"))  # the padded shape, as upstream computes it
+        result[...] = array(result.shape, x.dtype, uninitialized_memory)
+        result[tuple(slice(0, d) for d in x.shape)] = x
+        return result
+
+    for fn in (get_uninitialized_value, get_uninitialized_array, pad_to_block_dimension, _get_with_padding):
+        fn._mk_garbage = True  # type: ignore[attr-defined]
     utils.get_uninitialized_value, utils.get_uninitialized_array = get_uninitialized_value, get_uninitialized_array
+    utils.pad_to_block_dimension, tpu_interpret._get_with_padding = pad_to_block_dimension, _get_with_padding
     return True
 
 
 def installed() -> list[tuple[Any, str]]:
     """(module, name) of the functions :func:`install` put in place (for the tracer's tripwire)."""
-    from jax._src.pallas.mosaic.interpret import utils
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret, utils
 
-    return [(utils, "get_uninitialized_value"), (utils, "get_uninitialized_array")]
+    return [(utils, "get_uninitialized_value"), (utils, "get_uninitialized_array"), (utils, "pad_to_block_dimension"),
+            (tpu_interpret, "_get_with_padding")]
