@@ -116,9 +116,10 @@ _CHUNK = 1 << 22
 def zero_rows(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
     """Zero rows of ``x`` (vectors along the last axis; at least one and never all, when there are two or more) and,
     for two or more axes, one column of the last axis, in place. The rows: about a quarter, scattered, and the last
-    half of the rows of some sequences (the second-to-last axis, per leading index; all rows for two axes), as
-    padding and loss-masked tokens come, in runs at the end of a sequence, so whole blocks of rows are zero too
-    (round 12, a red team: a kernel that skipped a block whose rows were all zero passed scattered rows)."""
+    or the first half of the rows of some sequences (the second-to-last axis, per leading index; all rows for two
+    axes; both kinds where there are two sequences or more), as padding, masked prompts and loss-masked tokens come,
+    in runs at either end of a sequence, so whole blocks of rows are zero too (round 12, red teams: kernels that
+    skipped a block whose rows were all zero passed scattered rows, then heads when only tails were zero)."""
     if x.ndim == 0 or x.size == 0:
         return x
     flat = x.reshape(-1, x.shape[-1]) if x.ndim >= 2 else x.reshape(-1, 1)
@@ -128,10 +129,15 @@ def zero_rows(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
         hit[rng.integers(n)] = True
         seq = x.shape[-2] if x.ndim >= 3 else n
         if seq >= 2:
-            tails = hit.reshape(-1, seq)  # a view: one row per sequence
-            chosen = rng.random(tails.shape[0]) < 0.5
-            chosen[rng.integers(tails.shape[0])] = True
-            tails[chosen, seq - seq // 2:] = True
+            runs = hit.reshape(-1, seq)  # a view: one row per sequence
+            chosen = rng.random(runs.shape[0]) < 0.5
+            chosen[rng.integers(runs.shape[0])] = True
+            heads = rng.random(runs.shape[0]) < 0.5  # left padding, a masked prompt
+            if runs.shape[0] >= 2:  # both kinds where there are two sequences to hold them
+                first, second = rng.choice(runs.shape[0], 2, replace=False)
+                chosen[[first, second]], heads[first], heads[second] = True, True, False
+            runs[chosen & ~heads, seq - seq // 2:] = True
+            runs[chosen & heads, :seq // 2] = True
         if hit.all():
             hit[rng.integers(n)] = False
         flat[hit] = 0
