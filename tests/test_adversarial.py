@@ -79,6 +79,9 @@ TASKS = {
     # rounds 6 to 9: the example RMSNorm (bfloat16) at ci only (its held-out and fresh sizes are derived from ci); with its
     # full scale (8x2048x4096) each backward fixture spent about 2 minutes on full-size gradient cases
     "grms_ci": _ci_only(load_task(str(Path(__file__).parents[1] / "examples" / "rmsnorm.py"))),
+    # the tanh task with the edges distribution in its suite (the TPU-interpreter check's garbage run takes its inputs)
+    "tanh_edges": Task("adv_tanh_mix", ref_tanh_mix, (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32")),
+                       {"ci": Scale("ci", {"rows": 16}), "wide": Scale("wide", {"rows": 24})}, default_scale="ci"),
     # rows 256: the held-out scale grows them by their unit, 128, to 384 (a 256-row block does not divide it)
     "rows256": Task("adv_tanh_mix_256", ref_tanh_mix, (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32")),
                     {"ci": Scale("ci", {"rows": 256})}, default_scale="ci"),
@@ -253,7 +256,7 @@ EXPECTED = [
     Expect("r11_rt_f_input_fingerprint_dma_race.py", "tanh", "tpu", ("rejected",), r"TPU-interpreter check.*race detector found a data race"),
     Expect("r11_rt_d_wrapping_loop_counter.py", "mm", "tpu", ("rejected",), r"loop whose trip count the judge cannot read"),
     Expect("r11_rt_g_honest_megacore_splitk.py", "mm", "tpu", ("correct",), r"all \d+ cases match"),
-    Expect("r11_poison_nan_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check at scale ci \(random seed \d+; memory not yet written holds values of a secret fill here"),
+    Expect("r11_poison_nan_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check at scale ci \(random seed \d+, \w+ inputs; memory not yet written holds values of a secret fill here"),
     # round 12: lowering hooks (the program the cases check and the program the device runs made to differ)
     Expect("r12_hook_tpu_epilogue.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered \(.*neg \(on tpu\)"),
     Expect("r12_hook_cpu_does_the_task.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered \(.*atan2 \(on cpu\)"),
@@ -262,7 +265,7 @@ EXPECTED = [
     # round 12: the values real data has (issue 22, item 3): padding rows, loss-masked cotangent rows
     Expect("r12_zero_rows_padding.py", "rms", "tpu", ("incorrect",), r"edges"),
     Expect("r12_bwd_masked_rows.py", "grms_ci", "tpu", ("incorrect",), r"backward"),
-    Expect("r12_poison_nan_or_zero_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check at scale ci \(random seed \d+; memory not yet written holds values of a secret fill"),
+    Expect("r12_poison_nan_or_zero_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check at scale ci \(random seed \d+, \w+ inputs; memory not yet written holds values of a secret fill"),
     # round 12, item 5: sizes a kernel cannot be built at (tests/test_unbuilt_sizes.py checks the flags and envelope)
     Expect("r12_control_blocks_divide_task_rows.py", "rows256", "tpu", ("correct",), r"all \d+ cases match"),
     Expect("r12_wrong_where_it_builds.py", "rows256", "tpu", ("incorrect",), r"NaN/inf"),
@@ -278,6 +281,16 @@ EXPECTED = [
     Expect("r12_rt_narrow_raise_everywhere_else.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
     # an open hole, kept so a fix shows: the TPU interpreter completes DMAs sharing a semaphore in one order only
     Expect("r12_rt_shared_sem_lifo_race.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
+    # round 12, second red team, on the fixes
+    Expect("r12_rt2_class_rule.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered"),
+    Expect("r12_rt2_jax_only_rules_bf16_on_tpu.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered"),
+    Expect("r12_rt2_fill_and_padding_rows.py", "tanh_edges", "tpu", ("incorrect",), r"edges inputs; memory not yet written"),
+    Expect("r12_rt2_padding_constant_tell.py", "tanh", "tpu", ("incorrect",), r"values of a secret fill"),
+    Expect("r12_rt2_left_padding_block_skip.py", "rms", "tpu", ("incorrect",), r"edges"),
+    Expect("r12_rt2_bwd_masked_prompt_block_skip.py", "grms_ci", "tpu", ("incorrect",), r"backward"),
+    Expect("r12_rt2_bwd_masked_prompt_per_sequence.py", "grms_ci", "tpu", ("incorrect",), r"backward"),
+    # an open hole, kept so a fix shows: a double-buffered output slot holds the kernel's own block of two steps back
+    Expect("r12_rt2_stale_slot_is_my_own_output.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
 ]
 
 
@@ -287,7 +300,7 @@ def suites(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MK_HOME", str(tmp_path_factory.mktemp("mkhome-suites")))
         return {k: build_suite(t, seeds=(0,), distributions=("normal", "large_magnitude", "edges") if k in ("rms16", "grms_ci") else
-                               ("normal", "edges") if k == "rms" else ("normal",))
+                               ("normal", "edges") if k in ("rms", "tanh_edges") else ("normal",))
                 for k, t in TASKS.items()}
 
 
