@@ -16,6 +16,7 @@ exported, which the judge checks itself; see ``docs/judge.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
