@@ -65,6 +65,9 @@ def test_each_family_looks_like_itself_in_every_dtype():
                 assert np.abs(i.astype(np.int64)).max() > 2**20
             elif fam == "normal":
                 assert abs(np.mean(f)) < 0.2 * np.std(f) and (np.abs(f) > 2 * np.std(f)).mean() > 0.02  # tails
+                assert np.abs(i.astype(np.int64)).max() > 2**20  # float bits read as int32, as stale activations are
+            else:  # uniform: integers within +-32768, the one family that draws them there
+                assert np.abs(i.astype(np.int64)).max() <= 32768
 
 
 @pytest.mark.parametrize("fill, check", [("nan", np.isnan), ("zero", lambda a: a == 0)])

@@ -75,11 +75,12 @@ def _ints(rng: np.random.Generator, family: str, scale: float, shape: tuple[int,
         return np.zeros(shape, dt)
     if family == "bits":
         return rng.integers(0, 256, size=(*shape, dt.itemsize), dtype=np.uint8).view(dt).reshape(shape)
-    if family == "normal":
-        values = np.round(rng.standard_normal(shape) * scale * 100)
-    else:
-        values = rng.integers(-32768, 32768, size=shape)
-    return np.clip(values, info.min, info.max).astype(dt)
+    if family == "normal" and dt.itemsize in (2, 4, 8):  # stale activations read as integers: their float bits
+        floats = np.dtype({2: np.float16, 4: np.float32, 8: np.float64}[dt.itemsize])
+        return (rng.standard_normal(shape) * scale).astype(floats).view(dt)
+    if family == "normal":  # one byte: no float of that size
+        return rng.integers(0, 256, size=(*shape, 1), dtype=np.uint8).view(dt).reshape(shape)
+    return np.clip(rng.integers(-32768, 32768, size=shape), info.min, info.max).astype(dt)
 
 
 def value(dtype: Any, fill: str = GARBAGE) -> Any:
