@@ -119,10 +119,10 @@ class Target:
             from mk.harness import races
 
             races.install()  # the same findings as upstream's detector, far faster (mk/harness/races.py)
-            if poison.startswith("mk-garbage"):
-                from mk.harness import poison as garbage
+            from mk.harness import poison as fills
 
-                garbage.install()  # mk's fills of unwritten memory (mk/harness/poison.py)
+            if poison in fills.FILLS:
+                fills.install()  # mk's fills of unwritten memory (mk/harness/poison.py)
             return pltpu.InterpretParams(uninitialized_memory=poison, detect_races=True, random_seed=seed)
         return True
 

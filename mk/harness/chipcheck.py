@@ -63,12 +63,14 @@ def lowered_only(chip: Chip) -> str | None:
 
 
 def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, memory_mb: int,
-                   deadline_s: float = COMPILE_S, no_spills: bool = False, strict: bool = True
-                   ) -> tuple[list[CompileResult], list[str]]:
+                   deadline_s: float = COMPILE_S, no_spills: bool = False, strict: bool = True,
+                   unflagged: frozenset[str] | set[str] = frozenset()) -> tuple[list[CompileResult], list[str]]:
     """Compile each scale's exported device program for ``chip``: the results and the flags they raise. Raises
     :class:`CompileRefused` for a judged scale the compiler refuses or a compile past ``deadline_s`` (elsewhere
     each is a flag: a declared scale the cases do not run, a fresh size the judge drew); with
-    ``strict=False`` (a chip compiled for information, beside the verdict's own) every refusal is a flag."""
+    ``strict=False`` (a chip compiled for information, beside the verdict's own) every refusal is a flag.
+    ``unflagged``: scales whose refusal the caller reports itself (a held-out or fresh size the judge leaves out:
+    ``evaluate._narrow``), so it raises no flag here."""
     from mk.harness import pool
 
     results: list[CompileResult] = []
@@ -91,6 +93,8 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
             except ChildFailed as exc:
                 pool.discard(worker)
                 if not strict or scale not in judged:
+                    if scale in unflagged:
+                        continue
                     flags.append(f"the {chip.name} compile at scale {scale} did not finish "
                                  f"({_unclaimed(scale, scale in judged)}): {exc.message}")
                     continue
@@ -111,6 +115,8 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
             if result.judged and strict:
                 raise CompileRefused("compile_error", f"the {chip.spec.full_name} compiler refuses the kernel at scale "
                                                       f"{scale}: {result.error}", error=full_error)
+            if scale in unflagged:
+                continue
             flags.append(f"does not compile for {chip.name} at scale {scale} ({_unclaimed(scale, result.judged)}): "
                          f"{result.error}")
             continue

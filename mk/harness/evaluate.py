@@ -570,10 +570,11 @@ def _compile_for_chip(run: _Run) -> None:
                 for scale in (*run.scales, *run.compile_scales)}
     # the declared scales the cases run must compile, and those asked for but too big to run here; a fresh size
     # (drawn by the judge) or a scale left out with --scale the chip refuses is a flag
-    declared = {s for s in run.scales if not _optional(run, s)}
+    optional = {s for s in run.scales if _optional(run, s)}  # a refusal there narrows the verdict (_narrow)
+    declared = set(run.scales) - optional
     try:
         results, flags = chipcheck.compile_scales(run.chip, programs, declared | set(run.too_big), memory_mb=run.memory_mb,
-                                                  no_spills=run.no_spills)
+                                                  no_spills=run.no_spills, unflagged=optional)
     except chipcheck.CompileRefused as refused:
         raise _Verdict(refused.status, refused.reason + (" (a scale asked for, too big to run on this CPU, so compiled "
                                                          "only)" if any(f"scale {s}:" in refused.reason for s in run.too_big)
@@ -582,13 +583,11 @@ def _compile_for_chip(run: _Run) -> None:
         run.seconds["chip_compile"] = time.perf_counter() - t0
     results = [r.model_copy(update={"judged": False}) if r.scale in run.too_big else r for r in results]
     run.compiled = results
-    done_at = {r.scale for r in results if r.ok}
-    refused = [s for s in run.scales if _optional(run, s) and s not in done_at]  # a held-out or fresh size: narrowed
-    run.flags.extend(f for f in flags if not any(f"at scale {s} " in f for s in refused))
-    _narrow(run, {s: f"the {run.chip.name} compiler refuses it" + next((f" ({r.error[:200]})" for r in results
-                                                                         if r.scale == s and r.error), " (no result)")
-                  for s in refused})
+    run.flags.extend(flags)
     done = [r.scale for r in results if r.ok]
+    errors = {r.scale: r.error for r in results if not r.ok}
+    _narrow(run, {s: f"the {run.chip.name} compiler refuses it ({errors.get(s, '')[:200] or 'no result'})"
+                  for s in sorted(optional - set(done))})
     run.covered = _covered(run, [s for s in run.compile_scales if s in done]) if run.claim else []
     run.compile_check = f"compiled for {run.chip.name} at {_scale_words(done)}" + (
         f" ({results[0].compiler})" if results and results[0].compiler else "")
@@ -675,11 +674,11 @@ def _ablate(run: _Run) -> None:
 def _check_races(run: _Run) -> None:
     """Rules 5 and 18: at each suite scale, every TPU kernel runs again on a case from a secret seed in the TPU
     interpreter with race detection (in the tracer: its host callbacks cannot be exported; it costs ~20x a case),
-    once per run of :func:`check_runs` (mk.harness.tracer.CHECKS: as the cases; "parallel" axes out of order with
-    one secret fill of unwritten memory; in order with another, :mod:`mk.harness.poison`). It models what the HLO interpreter does not: DMA races, out-of-bounds block accesses, output
-    blocks revisited after they were written back, state carried along a "parallel" axis, reads of memory never
-    written. A race rejects; an error or a mismatch there counts as incorrect. A tracer could hide a finding,
-    never invent a pass."""
+    once per run of :data:`CHECK_RUNS` (mk.harness.tracer.CHECKS: as the cases; "parallel" axes out of order with
+    one secret fill of unwritten memory; in order with another, :mod:`mk.harness.poison`). It models what the HLO
+    interpreter does not: DMA races, out-of-bounds block accesses, output blocks revisited after they were written
+    back, state carried along a "parallel" axis, reads of memory never written. A race rejects; an error or a
+    mismatch there counts as incorrect. A tracer could hide a finding, never invent a pass."""
     if run.target.interpreter != "tpu" or run.on_device:
         return
     for scale in run.suite.scales:  # without a CPU form every case already runs in the TPU interpreter
@@ -689,7 +688,7 @@ def _check_races(run: _Run) -> None:
             # unwritten memory: round 12, a kernel honest under a finite fill only on inputs without zero rows)
             seed = secrets.randbelow(2**31)
             edges = any(c.distribution == "edges" for c in run.suite.for_scale(scale))
-            for check in check_runs(run.programs[scale]):
+            for check in CHECK_RUNS:
                 dist = "edges" if check == "garbage" and edges else "normal"
                 case = Case(scale, seed, dist, note="fresh seed")
                 _run_one(run, len(run.suite.cases), case, run.tracer, "tracer interpreter",
@@ -697,8 +696,9 @@ def _check_races(run: _Run) -> None:
                          f"{check_note(run.programs[scale], check)})", record=False, slow=20.0, tracer_run=check)
 
 
-#: the TPU-interpreter check's runs (mk.harness.tracer.CHECKS): as the cases; "parallel" axes shuffled with one secret
-#: fill; in order with another (mk.harness.poison)
+#: the TPU-interpreter check's runs (mk.harness.tracer.CHECKS), all of them for every TPU kernel: as the cases;
+#: "parallel" axes shuffled with one secret fill (never the ordered run again, even with no such axis); in order with
+#: another (mk.harness.poison)
 CHECK_RUNS = ("ordered", "shuffled", "garbage")
 
 
@@ -706,24 +706,17 @@ def _shuffles(facts: dict[str, Any]) -> bool:
     return any(n >= 2 for sizes in facts.get("parallel_axes") or [] for n in sizes)
 
 
-def check_runs(facts: dict[str, Any]) -> list[str]:
-    """The TPU-interpreter check's runs for a traced program: all of them (``shuffled`` also where no "parallel"
-    axis has two steps: its fill is the second of the two secret families, so it is never the ordered run again)."""
-    return list(CHECK_RUNS)
-
-
 def check_note(facts: dict[str, Any], check: str) -> str:
     """What the name of a TPU-interpreter check run adds about how it differs from the cases' run of the same trace
     (``ordered`` runs as they do: NaN in unwritten memory, the grid in order)."""
-    fill = "; memory not yet written holds values of a secret fill here (as stale memory on a chip), NaN in the cases"
-    if check == "garbage":
-        return fill
+    if check == "ordered":
+        return ""
+    parallel = ""
     if check == "shuffled" and _shuffles(facts):
-        return ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried '
-                'along such an axis is a race there, declare it "arbitrary"' + fill)
-    if check == "shuffled":
-        return fill
-    return ""
+        parallel = ('; "parallel" grid axes visited out of order, as a chip with two TensorCores may: state carried '
+                    'along such an axis is a race there, declare it "arbitrary"')
+    return parallel + ("; memory not yet written holds values of a secret fill here (as stale memory on a chip), NaN "
+                       "in the cases")
 
 
 def _run_cases(run: _Run) -> None:

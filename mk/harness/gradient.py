@@ -482,10 +482,10 @@ def interpreter_check(run: Any, scale: str, inputs: list[np.ndarray], ct: list[n
     interpreter with race detection (its host callbacks cannot be exported), as the forward's first case of each
     scale does. A race rejects; an error, or gradients the bounds refuse, is incorrect. A tracer could hide a
     finding, never invent a pass: the runner's gradients of the same case were judged already."""
-    from mk.harness.evaluate import _rel, _Verdict, _write_inputs, ask_outputs, case_limit, check_note, check_runs
+    from mk.harness.evaluate import CHECK_RUNS, _rel, _Verdict, _write_inputs, ask_outputs, case_limit, check_note
 
     facts = run.programs[scale]["backward"]
-    for check in check_runs(facts):
+    for check in CHECK_RUNS:
         said = f"TPU-interpreter check of {what}{check_note(facts, check)}"
         folder = _write_inputs(run, f"grad_race_{secrets.token_hex(8)}", [*inputs, *ct], into=run.tracer.workdir)
         got, _ = ask_outputs(run, run.tracer, folder, {"op": "run", "scale": scale, "dir": _rel(run.tracer, folder),

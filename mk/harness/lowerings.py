@@ -122,27 +122,25 @@ def _from_library(rule: Any) -> bool:
     closures, defaults, partials, wrapped functions, bound methods, callable objects, containers; round 12, a red
     team: a rule made by ``mlir.lower_fun`` is JAX's code around the candidate's function). A file name is the
     code's claim: a tripwire's check, not a proof."""
+    return all(_in_jax(code.co_filename) for code in _code_objects(rule))
+
+
+def _in_jax(file: str) -> bool:
+    """Whether ``file`` is in JAX's installed packages (``jax``, ``jaxlib`` and their plugins)."""
     import jax
 
-    root = str(Path(jax.__file__).resolve().parent.parent) + "/jax"
-    return all(str(Path(code.co_filename).resolve()).startswith(root) for code in _code_objects(rule))
+    return str(Path(file).resolve()).startswith(str(Path(jax.__file__).resolve().parent.parent) + "/jax")
 
 
 def _jax_defines(prim: Any) -> bool:
     """Whether ``prim`` is a module-level name of a module in JAX's package (a primitive an upstream op or a lazily
     imported JAX module defines), not one the candidate made (round 12: a red team's primitives built from
     ``type(lax.neg_p)``, whose rules were JAX's code alone, rounded the TPU output to bf16)."""
-    import jax
-
-    root = str(Path(jax.__file__).resolve().parent.parent) + "/jax"
     for name, module in list(sys.modules.items()):
-        if not (name == "jax" or name.startswith("jax.")):
-            continue
         file = getattr(module, "__file__", None)
-        if not file or not str(Path(file).resolve()).startswith(root):
-            continue
-        if any(v is prim for v in list(vars(module).values())):
-            return True
+        if (name == "jax" or name.startswith("jax.")) and file and _in_jax(file):
+            if any(v is prim for v in list(vars(module).values())):
+                return True
     return False
 
 

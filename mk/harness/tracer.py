@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mk.harness.poison import GARBAGE, GARBAGE_SHUFFLED
+
 SPEC_FILE = "spec.json"
 CANDIDATE_FILE = "candidate.py"
 
@@ -57,7 +59,7 @@ def _setup() -> None:
         import jax.experimental.pallas.tpu  # noqa: F401
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call
 
-        if poison.install():  # the garbage fill of the third check run (mk/harness/poison.py)
+        if poison.install():  # mk's fills of the shuffled and garbage check runs (mk/harness/poison.py)
             trusted += poison.installed()
         if races.install():  # the TPU interpreter's race detector, faster (mk/harness/races.py)
             trusted += [(races.RaceState, "check_read"), (races.RaceState, "check_write"), (races.RaceState, "_conflict"),
@@ -269,7 +271,7 @@ def _tampered() -> dict[str, Any] | None:
 #: one family, disagrees with itself. A kernel that recognises mk's fills to hide a race along a parallel axis must
 #: then be honest on zeros, normal-looking and random memory alike: what a chip's memory holds.
 #: Each run: (poison, in order)
-CHECKS = {"ordered": ("nan", True), "shuffled": ("mk-garbage-shuffled", False), "garbage": ("mk-garbage", True)}
+CHECKS = {"ordered": ("nan", True), "shuffled": (GARBAGE_SHUFFLED, False), "garbage": (GARBAGE, True)}
 
 
 def _tpu_interpreted(closed: Any, target: Any, axes: list[Any], check: bool) -> dict[str, Any]:
