@@ -135,6 +135,15 @@ class Target:
         races = getattr(tpu_interpret, "races", None)
         return bool(getattr(races, "races_found", False))
 
+    def unwritten_read(self) -> str | None:
+        """The first read of memory never written in the last interpreted run (mk.harness.races.RaceState), if any."""
+        if self.interpreter != "tpu":
+            return None
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+
+        found = getattr(getattr(tpu_interpret, "races", None), "unwritten_read", None)
+        return str(found) if found else None
+
     # --- correctness runs ------------------------------------------------------
     @contextlib.contextmanager
     def execution(self, chip: str = "v6e") -> Iterator[None]:

@@ -808,6 +808,11 @@ def ask_outputs(run: _Run, who: Child, folder: Path, request: dict[str, Any], li
     if reply.get("races"):
         raise _Verdict("rejected", f"{what}: the TPU interpreter's race detector found a data race (a DMA or a "
                                    "semaphore is not waited for before the buffer is used)")
+    if reply.get("unwritten"):
+        raise _Verdict("rejected", f"{what}: the kernel read memory it had not written ({reply['unwritten']}): on a "
+                                   "chip it holds whatever was there before (output blocks are not loaded from HBM; a "
+                                   "block's slot holds an earlier block); write it first, e.g. under pl.when at the "
+                                   "first step")
     if folder.is_symlink() or not folder.resolve().is_relative_to(who.workdir.resolve()):
         raise _Verdict("crashed", f"{what}: the case folder was replaced by a link (outputs are read only from the work dir)")
     try:

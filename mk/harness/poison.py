@@ -15,6 +15,7 @@ values within +-32768", "only when a float scratch looks uniform") disagrees wit
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Any
 
@@ -29,6 +30,8 @@ FAMILIES = ("uniform", "normal", "bits", "zeros")
 
 _lock = threading.Lock()
 _draws: dict[str, dict[str, Any]] = {}
+#: (shape, dtype) -> digests of the arrays the fills handed out under the current seed (:func:`is_fill`)
+_handed: dict[tuple[tuple[int, ...], str], set[bytes]] = {}
 
 
 def seed(value: int) -> None:
@@ -37,6 +40,7 @@ def seed(value: int) -> None:
     rng = np.random.default_rng(int(value))
     families = rng.choice(len(FAMILIES), size=len(FILLS), replace=False)
     with _lock:
+        _handed.clear()
         for name, family in zip(FILLS, families):
             sub = np.random.default_rng(int(rng.integers(2**63)))
             scale = float(10.0 ** sub.uniform(0.0, 2.0))
@@ -96,16 +100,43 @@ def value(dtype: Any, fill: str = GARBAGE) -> Any:
 
 
 def array(shape: tuple[int, ...], dtype: Any, fill: str = GARBAGE) -> np.ndarray:
-    """Values of ``shape`` and ``dtype`` from ``fill``'s family (finite; booleans either way unless zeros)."""
+    """Values of ``shape`` and ``dtype`` from ``fill``'s family (finite; booleans either way unless zeros),
+    remembered as a fill's (:func:`is_fill`)."""
     dt = np.dtype(dtype)
     with _lock:
         draw = _draw(fill)
         rng, fam, scale = draw["rng"], draw["family"], draw["scale"]
         if np.issubdtype(dt, np.bool_):
-            return np.zeros(shape, bool) if fam == "zeros" else rng.random(shape) < 0.5
-        if np.issubdtype(dt, np.integer):
-            return _ints(rng, fam, scale, shape, dt)
-        return _floats(rng, fam, scale, shape, dt)
+            out = np.zeros(shape, bool) if fam == "zeros" else rng.random(shape) < 0.5
+        elif np.issubdtype(dt, np.integer):
+            out = _ints(rng, fam, scale, shape, dt)
+        else:
+            out = _floats(rng, fam, scale, shape, dt)
+        _remember(out, fam)
+        return out
+
+
+def _digest(value: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(value).tobytes(), digest_size=16).digest()
+
+
+def _remember(value: np.ndarray, family: str) -> None:
+    """Remember ``value`` as one a fill handed out (the caller holds the lock): not a zero fill, and not one with
+    fewer than 32 random bits, which a real input could equal."""
+    bits = value.size if value.dtype == np.bool_ else value.size * value.dtype.itemsize * 8
+    if family != "zeros" and bits >= 32:
+        _handed.setdefault((tuple(value.shape), value.dtype.name), set()).add(_digest(value))
+
+
+def is_fill(value: Any) -> bool:
+    """Whether ``value`` is an array one of mk's fills handed out under the current seed (memory never written)."""
+    try:
+        value = np.asarray(value)
+    except Exception:  # a traced value (an input of the interpreted program): not a fill's
+        return False
+    with _lock:
+        seen = _handed.get((tuple(value.shape), value.dtype.name))
+    return bool(seen) and _digest(value) in seen
 
 
 def install() -> bool:
@@ -144,7 +175,11 @@ def install() -> bool:
         import jax.numpy as jnp
 
         filler = jnp.asarray(array(padded, value.dtype, uninitialized_memory))  # varied, as a chip's stale memory
-        return filler.at[tuple(slice(0, d) for d in value.shape)].set(value)
+        padded_value = filler.at[tuple(slice(0, d) for d in value.shape)].set(value)
+        if is_fill(value):  # an output's HBM buffer, padded: still never written
+            with _lock:
+                _remember(np.asarray(padded_value), _draw(uninitialized_memory)["family"])
+        return padded_value
 
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
 
@@ -158,10 +193,30 @@ def install() -> bool:
         result[tuple(slice(0, d) for d in x.shape)] = x
         return result
 
-    for fn in (get_uninitialized_value, get_uninitialized_array, pad_to_block_dimension, _get_with_padding):
+    upstream_allocate = tpu_interpret._allocate_buffer
+
+    def _allocate_buffer(token: Any, device_id: Any, local_core_id: Any, memory_space: Any, val: Any,
+                         source_info: Any = None) -> Any:
+        out = upstream_allocate(token, device_id, local_core_id, memory_space, val, source_info=source_info)
+        races = getattr(tpu_interpret, "races", None)
+        if hasattr(races, "track") and is_fill(val):  # allocated with a fill: scratch, an output block or buffer
+            space = tpu_interpret.TPU_MEMORY_SPACE_NAMES[int(memory_space)]
+            memory = tpu_interpret._get_shared_memory()
+            cores = ((0,) if space in ("any", "hbm") else range(memory.num_cores_per_device) if local_core_id is None
+                     else (int(local_core_id),))
+            for core in cores:
+                key = (space, int(out[1]), int(device_id), core)
+                buffer = memory.mem.get(key)
+                if buffer is not None:
+                    races.track(key, tuple(buffer.shape))
+        return out
+
+    for fn in (get_uninitialized_value, get_uninitialized_array, pad_to_block_dimension, _get_with_padding,
+               _allocate_buffer):
         fn._mk_garbage = True  # type: ignore[attr-defined]
     utils.get_uninitialized_value, utils.get_uninitialized_array = get_uninitialized_value, get_uninitialized_array
     utils.pad_to_block_dimension, tpu_interpret._get_with_padding = pad_to_block_dimension, _get_with_padding
+    tpu_interpret._allocate_buffer = _allocate_buffer
     return True
 
 
@@ -170,4 +225,4 @@ def installed() -> list[tuple[Any, str]]:
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret, utils
 
     return [(utils, "get_uninitialized_value"), (utils, "get_uninitialized_array"), (utils, "pad_to_block_dimension"),
-            (tpu_interpret, "_get_with_padding")]
+            (tpu_interpret, "_get_with_padding"), (tpu_interpret, "_allocate_buffer")]

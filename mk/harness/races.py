@@ -13,6 +13,14 @@ compared, with upstream's own ``_ranges_overlap``. The verdict is the same: ``ra
 upstream's would be (``tests/test_races.py`` replays random access histories through both). :func:`install` puts it
 in the interpreter only where the interpreter's race-detector interface is the one this was written against, and
 otherwise leaves upstream's in place (slower, same answer).
+
+It also refuses reads of memory never written (stop 33). :meth:`RaceState.track` is told of each buffer the
+interpreter allocates with one of mk's fills (:mod:`mk.harness.poison`: scratch, output blocks, ``run_scoped``
+buffers, an unaliased output in HBM); writes (the kernel's stores, DMAs, the pipeline's copy of an input block)
+mark elements written; the kernel's reads and its DMAs' reads of an element not yet written are recorded
+(:attr:`RaceState.unwritten_read`). The pipeline's own read of an output block, to write it back to HBM, leaves the
+block unwritten again: the next block the kernel writes there starts in memory that holds an earlier block (a
+double-buffered slot on a chip holds the block of two steps back), not the kernel's output.
 """
 
 from __future__ import annotations
@@ -68,6 +76,32 @@ class RaceState:
         self.races_found = False
         self._reads: dict[Any, _Log] = {}
         self._writes: dict[Any, _Log] = {}
+        self._unwritten: dict[Any, np.ndarray] = {}  # buffer key -> True where nothing has written yet
+        #: the first read of memory never written, described (None: none)
+        self.unwritten_read: str | None = None
+
+    def track(self, key: Any, shape: tuple[int, ...]) -> None:
+        """``key`` is a buffer of ``shape`` allocated with a fill: nothing in it has been written."""
+        with self.lock:
+            self._unwritten[key] = np.ones(shape, bool)
+
+    def _unwritten_check(self, key: Any, rnge: Any, source_info: Any, write: bool) -> None:
+        mask = self._unwritten.get(key)
+        if mask is None:
+            return
+        try:
+            part = mask[tuple(rnge)]
+        except (IndexError, TypeError, ValueError):  # out of bounds: the interpreter's own checks say so
+            return
+        if write:
+            mask[tuple(rnge)] = False
+        elif source_info is None:  # the pipeline: an output block read to be written back; its slot is stale after
+            if key[0] not in ("any", "hbm"):
+                mask[...] = True
+        elif part.any() and self.unwritten_read is None:
+            self.unwritten_read = (f"{int(part.sum())} of {part.size} elements read from {key[0]} buffer {key[1]} "
+                                   f"[{_describe(rnge)}] at {_frame(source_info)} were never written")
+            log.warning("read of memory never written in the TPU interpreter: %s", self.unwritten_read)
 
     def _logs(self, key: Any, clock: np.ndarray) -> tuple[_Log, _Log]:
         width = len(clock)
@@ -102,6 +136,7 @@ class RaceState:
             i = self._conflict(writes, n, clock, rnge)
             if i is not None:
                 self._found("read", buffer_key, rnge, who, "write", writes, i)
+            self._unwritten_check(buffer_key, rnge, source_info, write=False)
 
     def check_write(self, device_id: Any, local_core_id: Any, clock: Any, buffer_key: Any, rnge: Any,
                     source_info: Any = None) -> None:
@@ -115,6 +150,7 @@ class RaceState:
                 i = self._conflict(log_, n, clock, rnge)
                 if i is not None:
                     self._found("write", buffer_key, rnge, who, other, log_, i)
+            self._unwritten_check(buffer_key, rnge, source_info, write=True)
 
 
 def _frame(source_info: Any) -> str:
@@ -123,6 +159,16 @@ def _frame(source_info: Any) -> str:
     from jax._src import source_info_util
 
     return source_info_util.summarize(source_info)
+
+
+def _describe(rnge: Any) -> str:
+    parts = []
+    for r in tuple(rnge):
+        if isinstance(r, slice):
+            parts.append(f"{r.start}:{r.stop}" + (f":{r.step}" if r.step not in (None, 1) else ""))
+        else:
+            parts.append(str(r))
+    return ", ".join(parts) or "..."
 
 
 def compatible(upstream: Any) -> bool:

@@ -63,6 +63,7 @@ def _setup() -> None:
             trusted += poison.installed()
         if races.install():  # the TPU interpreter's race detector, faster (mk/harness/races.py)
             trusted += [(races.RaceState, "check_read"), (races.RaceState, "check_write"), (races.RaceState, "_conflict"),
+                        (races.RaceState, "track"), (races.RaceState, "_unwritten_check"),
                         (races._Log, "unordered"), (races._Log, "add")]
             _state["race_state"] = (interpret_pallas_call, "RaceDetectionState", races.RaceState)
     # the functions the tracer calls after the candidate ran, with their code: checked unchanged after the trace (a
@@ -435,7 +436,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     with target.lowering_context(_state["spec"].get("chip", "v6e")):
         out = jax.block_until_ready(fn(*[jax.device_put(x) for x in inputs]))
     save_arrays(folder, "out", [np.asarray(x) for x in jax.tree_util.tree_leaves(out)])
-    return {"ok": True, "races": target.races_found()}
+    return {"ok": True, "races": target.races_found(), "unwritten": target.unwritten_read()}
 
 
 def _grid_steps(jaxpr: Any) -> int:
