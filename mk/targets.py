@@ -122,7 +122,10 @@ class Target:
             from mk.harness import poison as fills
 
             if poison in fills.FILLS:
+                from mk.harness import dma_order
+
                 fills.install()  # mk's fills of unwritten memory (mk/harness/poison.py)
+                dma_order.install()  # the DMA a wait completes, varied with the fill (mk/harness/dma_order.py)
             return pltpu.InterpretParams(uninitialized_memory=poison, detect_races=True, random_seed=seed)
         return True
 

@@ -32,6 +32,7 @@ _lock = threading.Lock()
 _draws: dict[str, dict[str, Any]] = {}
 #: (shape, dtype) -> digests of the arrays the fills handed out under the current seed (:func:`is_fill`)
 _handed: dict[tuple[tuple[int, ...], str], set[bytes]] = {}
+_picks: list[np.random.Generator] = []  # the stream of :func:`pick` (one, from the seed)
 
 
 def seed(value: int) -> None:
@@ -41,12 +42,20 @@ def seed(value: int) -> None:
     families = rng.choice(len(FAMILIES), size=len(FILLS), replace=False)
     with _lock:
         _handed.clear()
+        _picks[:] = [np.random.default_rng(int(rng.integers(2**63)))]
         for name, family in zip(FILLS, families):
             sub = np.random.default_rng(int(rng.integers(2**63)))
             scale = float(10.0 ** sub.uniform(0.0, 2.0))
             draw = {"rng": sub, "family": FAMILIES[int(family)], "scale": scale}
             draw["fill"] = float(_floats(sub, draw["family"], scale, (1,), np.dtype(np.float32))[0])
             _draws[name] = draw
+
+
+def pick(n: int) -> int:
+    """An index below ``n`` from the secret seed's stream (mk.harness.dma_order: which pending DMA completes)."""
+    _draw(GARBAGE)  # seeded, if nothing seeded yet
+    with _lock:
+        return int(_picks[0].integers(n))
 
 
 def family(fill: str = GARBAGE) -> str:

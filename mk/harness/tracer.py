@@ -51,7 +51,7 @@ def _setup() -> None:
 
     from mk.targets import get_target
 
-    from mk.harness import arrays, lowerings, poison, policy, program, races  # noqa: F401  (before the policy closes the file system)
+    from mk.harness import arrays, dma_order, lowerings, poison, policy, program, races  # noqa: F401  (before the policy closes the file system)
 
     trusted = [(program, "with_interpret"), (program, "pallas_eqns"), (program, "walk"), (export, "export"),
                (sys.modules[__name__], "_programs")]
@@ -61,6 +61,8 @@ def _setup() -> None:
 
         if poison.install():  # mk's fills of the shuffled and garbage check runs (mk/harness/poison.py)
             trusted += poison.installed()
+        if dma_order.install():  # which pending DMA a wait completes, varied with the fill (mk/harness/dma_order.py)
+            trusted += dma_order.installed()
         if races.install():  # the TPU interpreter's race detector, faster (mk/harness/races.py)
             trusted += [(races.RaceState, "check_read"), (races.RaceState, "check_write"), (races.RaceState, "_conflict"),
                         (races.RaceState, "track"), (races.RaceState, "_unwritten_check"),

@@ -1,5 +1,6 @@
 # Round 12 red team (a helper who had not written the round's code), attack a8.
-# Rule: 11, 18. Expected verdict: correct: an open hole, the TPU interpreter completes DMAs on a shared semaphore in one order only.
+# Rule: 11, 18. Expected verdict: incorrect or rejected (stop 33: the fill runs complete pending DMAs first-issued-first or
+# at random, mk/harness/dma_order.py). Before: correct, an open hole: the interpreter completed them in one order only.
 # Class 5 (the race checks, races.RaceState with upstream's clock model). Two DMAs (x -> xbuf, then y -> ybuf) signal
 # ONE DMA semaphore with the same byte count. The kernel waits once "for y" and reads ybuf, then waits again and reads
 # xbuf. On a chip the first wait returns as soon as the semaphore holds one copy's bytes: typically x's (issued first),
