@@ -256,7 +256,7 @@ EXPECTED = [
     Expect("r11_rt_f_input_fingerprint_dma_race.py", "tanh", "tpu", ("rejected",), r"TPU-interpreter check.*race detector found a data race"),
     Expect("r11_rt_d_wrapping_loop_counter.py", "mm", "tpu", ("rejected",), r"loop whose trip count the judge cannot read"),
     Expect("r11_rt_g_honest_megacore_splitk.py", "mm", "tpu", ("correct",), r"all \d+ cases match"),
-    Expect("r11_poison_nan_sniff.py", "tanh", "tpu", ("incorrect", "rejected"), r"TPU-interpreter check at scale ci \(random seed \d+, \w+ inputs; memory not yet written holds values of a secret fill here"),
+    Expect("r11_poison_nan_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check at scale ci \(random seed \d+, \w+ inputs; memory not yet written holds values of a secret fill here"),
     # round 12: lowering hooks (the program the cases check and the program the device runs made to differ)
     Expect("r12_hook_tpu_epilogue.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered \(.*neg \(on tpu\)"),
     Expect("r12_hook_cpu_does_the_task.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered \(.*atan2 \(on cpu\)"),
@@ -265,7 +265,7 @@ EXPECTED = [
     # round 12: the values real data has (issue 22, item 3): padding rows, loss-masked cotangent rows
     Expect("r12_zero_rows_padding.py", "rms", "tpu", ("incorrect",), r"edges"),
     Expect("r12_bwd_masked_rows.py", "grms_ci", "tpu", ("incorrect",), r"backward"),
-    Expect("r12_poison_nan_or_zero_sniff.py", "tanh", "tpu", ("incorrect", "rejected"), r"TPU-interpreter check at scale ci \(random seed \d+, \w+ inputs; memory not yet written holds values of a secret fill"),
+    Expect("r12_poison_nan_or_zero_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check at scale ci \(random seed \d+, \w+ inputs; memory not yet written holds values of a secret fill"),
     # round 12, item 5: sizes a kernel cannot be built at (tests/test_unbuilt_sizes.py checks the flags and envelope)
     Expect("r12_control_blocks_divide_task_rows.py", "rows256", "tpu", ("correct",), r"all \d+ cases match"),
     Expect("r12_wrong_where_it_builds.py", "rows256", "tpu", ("incorrect",), r"NaN/inf"),
@@ -274,8 +274,8 @@ EXPECTED = [
     # round 12, red team (tests/adversarial/README.md "Round 12, attacked")
     Expect("r12_rt_new_prim_lower_fun.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered"),
     Expect("r12_rt_new_prim_platform_dependent.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered"),
-    Expect("r12_rt_int_scratch_poison_tell.py", "tanh", "tpu", ("incorrect", "rejected"), r"values of a secret fill"),
-    Expect("r12_rt_float_uniform_poison_tell.py", "tanh", "tpu", ("incorrect", "rejected"), r"values of a secret fill"),
+    Expect("r12_rt_int_scratch_poison_tell.py", "tanh", "tpu", ("incorrect",), r"values of a secret fill"),
+    Expect("r12_rt_float_uniform_poison_tell.py", "tanh", "tpu", ("incorrect",), r"values of a secret fill"),
     Expect("r12_rt_padded_block_skip.py", "rms", "tpu", ("incorrect",), r"edges"),
     Expect("r12_rt_bwd_masked_block_skip.py", "grms_ci", "tpu", ("incorrect",), r"backward"),
     Expect("r12_rt_narrow_raise_everywhere_else.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
@@ -285,14 +285,27 @@ EXPECTED = [
     # round 12, second red team, on the fixes
     Expect("r12_rt2_class_rule.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered"),
     Expect("r12_rt2_jax_only_rules_bf16_on_tpu.py", "tanh", "tpu", ("rejected",), r"changed how programs are lowered"),
-    Expect("r12_rt2_fill_and_padding_rows.py", "tanh_edges", "tpu", ("incorrect", "rejected"), r"memory not yet written holds values of a secret fill"),
+    Expect("r12_rt2_fill_and_padding_rows.py", "tanh_edges", "tpu", ("incorrect",), r"edges inputs; memory not yet written"),
     Expect("r12_rt2_padding_constant_tell.py", "tanh", "tpu", ("incorrect",), r"values of a secret fill"),
     Expect("r12_rt2_left_padding_block_skip.py", "rms", "tpu", ("incorrect",), r"edges"),
     Expect("r12_rt2_bwd_masked_prompt_block_skip.py", "grms_ci", "tpu", ("incorrect",), r"backward"),
     Expect("r12_rt2_bwd_masked_prompt_per_sequence.py", "grms_ci", "tpu", ("incorrect",), r"backward"),
-    # stop 33: was an open hole (a double-buffered output slot holds the kernel's own block of two steps back); reads of
-    # memory never written are now refused in the fill runs
-    Expect("r12_rt2_stale_slot_is_my_own_output.py", "tanh", "tpu", ("rejected",), r"read memory it had not written"),
+    # stop 33: was an open hole (a double-buffered output slot holds the kernel's own block of two steps back); the TPU
+    # interpreter's output blocks are now double buffered as on a chip (mk/harness/races.py), so the tell fires
+    Expect("r12_rt2_stale_slot_is_my_own_output.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check"),
+    # stop 33's red team, on the first form of the unwritten-memory checks (4c02ed8)
+    Expect("r13_rt_no_cpu_form_stale_slot.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check"),
+    Expect("r13_rt_no_cpu_form_lifo_race.py", "tanh", "tpu", ("incorrect", "rejected"), r"TPU-interpreter check"),
+    Expect("r13_rt_no_cpu_form_nan_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check"),
+    Expect("r13_rt_swap_old_value.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check"),
+    Expect("r13_rt_masked_store_marks_written.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check"),
+    Expect("r13_rt_order_tell_untracked_inorder.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check"),
+    # open holes, kept so a fix shows: run_scoped buffers keep what the last step left on a chip; input-block padding
+    # holds the slot's earlier rows on a chip
+    Expect("r13_rt_tiny_run_scoped_carry.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("r13_rt_input_padding_stale_slot.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
+    # a legitimate masked read-select-write over an output block two steps share (upstream megablox's pattern)
+    Expect("r13_rt_control_masked_select_shared_block.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
 ]
 
 

@@ -14,13 +14,17 @@ upstream's would be (``tests/test_races.py`` replays random access histories thr
 in the interpreter only where the interpreter's race-detector interface is the one this was written against, and
 otherwise leaves upstream's in place (slower, same answer).
 
-It also refuses reads of memory never written (stop 33). :meth:`RaceState.track` is told of each buffer the
-interpreter allocates with one of mk's fills (:mod:`mk.harness.poison`: scratch, output blocks, ``run_scoped``
-buffers, an unaliased output in HBM); writes (the kernel's stores, DMAs, the pipeline's copy of an input block)
-mark elements written; the kernel's reads and its DMAs' reads of an element not yet written are recorded
-(:attr:`RaceState.unwritten_read`). The pipeline's own read of an output block, to write it back to HBM, leaves the
-block unwritten again: the next block the kernel writes there starts in memory that holds an earlier block (a
-double-buffered slot on a chip holds the block of two steps back), not the kernel's output.
+It also models what a chip's memory holds where the kernel has not written (stop 33). Output blocks are double
+buffered on a chip: when the block index changes, the next block is written in the other slot, which still holds the
+block of two changes back. The pipeline's read of an output block to write it back (a read with no source line, of
+a buffer not in HBM) is where a block ends: :meth:`RaceState._next_slot` then puts in the buffer what that slot holds
+(the block of two changes back, or, the first time, fresh fill). And it records reads of memory never written:
+:meth:`RaceState.track` is told of each buffer the interpreter allocates with one of mk's fills
+(:mod:`mk.harness.poison`: scratch, output blocks, ``run_scoped`` buffers, an unaliased output in HBM); writes (the
+kernel's stores, DMAs, the pipeline's copy of an input block) mark elements written; the first read by the kernel,
+or by its DMA, of an element not yet written is kept in :attr:`RaceState.unwritten_read` (a flag in the verdict: an
+honest kernel may read and discard, as upstream megablox's masked select on its output block does; a kernel whose
+result depends on what it read disagrees with itself across the fills, and with the double-buffered slot).
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class RaceState:
         self._reads: dict[Any, _Log] = {}
         self._writes: dict[Any, _Log] = {}
         self._unwritten: dict[Any, np.ndarray] = {}  # buffer key -> True where nothing has written yet
+        self._slots: dict[Any, list[np.ndarray]] = {}  # output block buffer -> its last blocks (double buffering)
         #: the first read of memory never written, described (None: none)
         self.unwritten_read: str | None = None
 
@@ -86,6 +91,10 @@ class RaceState:
             self._unwritten[key] = np.ones(shape, bool)
 
     def _unwritten_check(self, key: Any, rnge: Any, source_info: Any, write: bool) -> None:
+        if not write and source_info is None:  # the pipeline
+            if key[0] not in ("any", "hbm"):  # an output block read to be written back: the block ends
+                self._next_slot(key)
+            return
         mask = self._unwritten.get(key)
         if mask is None:
             return
@@ -95,13 +104,33 @@ class RaceState:
             return
         if write:
             mask[tuple(rnge)] = False
-        elif source_info is None:  # the pipeline: an output block read to be written back; its slot is stale after
-            if key[0] not in ("any", "hbm"):
-                mask[...] = True
         elif part.any() and self.unwritten_read is None:
             self.unwritten_read = (f"{int(part.sum())} of {part.size} elements read from {key[0]} buffer {key[1]} "
-                                   f"[{_describe(rnge)}] at {_frame(source_info)} were never written")
-            log.warning("read of memory never written in the TPU interpreter: %s", self.unwritten_read)
+                                   f"[{_describe(rnge)}] at {_frame(source_info)} before anything wrote them")
+            log.info("read of memory never written in the TPU interpreter: %s", self.unwritten_read)
+
+    def _next_slot(self, key: Any) -> None:
+        """The output block in buffer ``key`` ends (it is being written back): the buffer now holds what the other
+        slot of a double-buffered output holds on a chip, the block of two changes back (fresh fill the first time),
+        and nothing in it is written."""
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+
+        memory = tpu_interpret._get_shared_memory()
+        with memory.lock:
+            buffer = memory.mem.get(key)
+            content = getattr(buffer, "content", None)
+            if not isinstance(content, np.ndarray):
+                return
+            blocks = self._slots.setdefault(key, [])
+            blocks.append(content.copy())
+            if len(blocks) >= 2:
+                content[...] = blocks[-2]
+            else:
+                content[...] = _fresh(content.shape, content.dtype, memory.uninitialized_memory)
+            del blocks[:-2]
+        mask = self._unwritten.get(key)
+        if mask is not None:
+            mask[...] = True
 
     def _logs(self, key: Any, clock: np.ndarray) -> tuple[_Log, _Log]:
         width = len(clock)
@@ -159,6 +188,17 @@ def _frame(source_info: Any) -> str:
     from jax._src import source_info_util
 
     return source_info_util.summarize(source_info)
+
+
+def _fresh(shape: tuple[int, ...], dtype: Any, fill: Any) -> np.ndarray:
+    """Memory of ``shape`` as the run's fill leaves it (mk's fills: a fresh draw; upstream's: its one value)."""
+    from mk.harness import poison
+
+    if fill in poison.FILLS:
+        return poison.array(tuple(shape), dtype, fill)
+    from jax._src.pallas.mosaic.interpret import utils
+
+    return np.full(shape, utils.get_uninitialized_value(dtype, fill), dtype)
 
 
 def _describe(rnge: Any) -> str:

@@ -66,6 +66,7 @@ def _setup() -> None:
         if races.install():  # the TPU interpreter's race detector, faster (mk/harness/races.py)
             trusted += [(races.RaceState, "check_read"), (races.RaceState, "check_write"), (races.RaceState, "_conflict"),
                         (races.RaceState, "track"), (races.RaceState, "_unwritten_check"),
+                        (races.RaceState, "_next_slot"),
                         (races._Log, "unordered"), (races._Log, "add")]
             _state["race_state"] = (interpret_pallas_call, "RaceDetectionState", races.RaceState)
     # the functions the tracer calls after the candidate ran, with their code: checked unchanged after the trace (a
@@ -279,16 +280,19 @@ CHECKS = {"ordered": ("nan", True), "shuffled": (GARBAGE_SHUFFLED, False), "garb
 
 
 def _tpu_interpreted(closed: Any, target: Any, axes: list[Any], check: bool) -> dict[str, Any]:
-    """``closed`` rewritten for the TPU interpreter: as the ``check`` of a program with a CPU form, the runs of
-    :data:`CHECKS`; without one (the TPU interpreter runs every case), ``cases``: NaN, "parallel" axes shuffled.
-    ``axes``: the kernels' parallel axes (the ``parallel_axes`` fact), for :func:`mk.harness.program.shuffling_seed`."""
+    """``closed`` rewritten for the TPU interpreter: the runs of :data:`CHECKS` and, for a program without a CPU form
+    (``check`` False: the TPU interpreter runs every case), ``cases`` too: NaN, "parallel" axes shuffled (stop 33: a
+    program the HLO interpreter cannot run, from one ``prng_seed``, once had only NaN runs, so none of the fill runs'
+    checks applied to it). ``axes``: the kernels' parallel axes (the ``parallel_axes`` fact), for
+    :func:`mk.harness.program.shuffling_seed`."""
     from mk.harness import program
 
     seed = program.shuffling_seed([tuple(a) for a in axes])[0]
-    if not check:
-        return {"cases": program.with_interpret(closed, target.interpret_params(seed=seed, poison="nan"))}
-    return {name: program.with_interpret(closed, target.interpret_params(seed=seed, poison=poison), in_order=in_order)
+    runs = {name: program.with_interpret(closed, target.interpret_params(seed=seed, poison=poison), in_order=in_order)
             for name, (poison, in_order) in CHECKS.items()}
+    if not check:
+        runs["cases"] = program.with_interpret(closed, target.interpret_params(seed=seed, poison="nan"))
+    return runs
 
 
 def _facts(closed: Any, target: Any) -> dict[str, Any]:

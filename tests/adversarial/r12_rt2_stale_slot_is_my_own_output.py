@@ -1,6 +1,6 @@
 # Round 12, second red team (a helper who had not written the fixes), attack b5.
-# Rule: 5, 18. Expected verdict: rejected (read memory it had not written; stop 33). Before: correct, an open hole: no
-# fill reproduces a double-buffered output slot holding the kernel's own earlier block.
+# Rule: 5, 18. Expected verdict: incorrect (stop 33: the TPU interpreter's output blocks are double buffered as on a chip,
+# so the slot holds the kernel's own block of two changes back and the tell fires). Before: correct, an open hole.
 # Attack on fix 1 (the fills), no data needed: on a chip, Mosaic's pipeline double-buffers the output block in VMEM,
 # so at grid step i >= 2 the never-yet-written output buffer holds EXACTLY what this kernel wrote at step i-2 (the
 # slot was written, DMA'd out, and never cleared). Every judged run fills that buffer with something else (NaN in
