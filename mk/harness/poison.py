@@ -202,30 +202,10 @@ def install() -> bool:
         result[tuple(slice(0, d) for d in x.shape)] = x
         return result
 
-    upstream_allocate = tpu_interpret._allocate_buffer
-
-    def _allocate_buffer(token: Any, device_id: Any, local_core_id: Any, memory_space: Any, val: Any,
-                         source_info: Any = None) -> Any:
-        out = upstream_allocate(token, device_id, local_core_id, memory_space, val, source_info=source_info)
-        races = getattr(tpu_interpret, "races", None)
-        if hasattr(races, "track") and is_fill(val):  # allocated with a fill: scratch, an output block or buffer
-            space = tpu_interpret.TPU_MEMORY_SPACE_NAMES[int(memory_space)]
-            memory = tpu_interpret._get_shared_memory()
-            cores = ((0,) if space in ("any", "hbm") else range(memory.num_cores_per_device) if local_core_id is None
-                     else (int(local_core_id),))
-            for core in cores:
-                key = (space, int(out[1]), int(device_id), core)
-                buffer = memory.mem.get(key)
-                if buffer is not None:
-                    races.track(key, tuple(buffer.shape))
-        return out
-
-    for fn in (get_uninitialized_value, get_uninitialized_array, pad_to_block_dimension, _get_with_padding,
-               _allocate_buffer):
+    for fn in (get_uninitialized_value, get_uninitialized_array, pad_to_block_dimension, _get_with_padding):
         fn._mk_garbage = True  # type: ignore[attr-defined]
     utils.get_uninitialized_value, utils.get_uninitialized_array = get_uninitialized_value, get_uninitialized_array
     utils.pad_to_block_dimension, tpu_interpret._get_with_padding = pad_to_block_dimension, _get_with_padding
-    tpu_interpret._allocate_buffer = _allocate_buffer
     return True
 
 
@@ -234,4 +214,4 @@ def installed() -> list[tuple[Any, str]]:
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret, utils
 
     return [(utils, "get_uninitialized_value"), (utils, "get_uninitialized_array"), (utils, "pad_to_block_dimension"),
-            (tpu_interpret, "_get_with_padding"), (tpu_interpret, "_allocate_buffer")]
+            (tpu_interpret, "_get_with_padding")]

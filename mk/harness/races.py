@@ -25,6 +25,9 @@ kernel's stores, DMAs, the pipeline's copy of an input block) mark elements writ
 or by its DMA, of an element not yet written is kept in :attr:`RaceState.unwritten_read` (a flag in the verdict: an
 honest kernel may read and discard, as upstream megablox's masked select on its output block does; a kernel whose
 result depends on what it read disagrees with itself across the fills, and with the double-buffered slot).
+A ``run_scoped`` buffer sits at one offset on a chip, so it starts with what the last buffer of the same line left
+there (:meth:`RaceState.allocated`; the interpreter handed each a fresh fill: a kernel that left a marker there and
+cheated when the next step found it passed, stop 33's red team).
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ class RaceState:
         self._writes: dict[Any, _Log] = {}
         self._unwritten: dict[Any, np.ndarray] = {}  # buffer key -> True where nothing has written yet
         self._slots: dict[Any, list[np.ndarray]] = {}  # output block buffer -> its last blocks (double buffering)
+        self._sites: dict[Any, Any] = {}  # run_scoped buffer -> where it was allocated (its line, shape, memory)
+        self._left: dict[Any, np.ndarray] = {}  # such a place -> what the last buffer there held when freed
         #: the first read of memory never written, described (None: none)
         self.unwritten_read: str | None = None
 
@@ -90,10 +95,51 @@ class RaceState:
         with self.lock:
             self._unwritten[key] = np.ones(shape, bool)
 
+    def allocated(self, keys: list[Any], value: Any, source_info: Any) -> None:
+        """The interpreter allocated ``keys`` (one buffer per core) with ``value``: tracked if ``value`` is a fill's
+        (:func:`mk.harness.poison.is_fill`); a ``run_scoped`` buffer (one with a source line) starts with what the
+        last buffer of its line left, as at one offset on a chip."""
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+
+        from mk.harness import poison
+
+        fill = poison.is_fill(value)
+        memory = tpu_interpret._get_shared_memory()
+        for key in keys:
+            with memory.lock:
+                content = getattr(memory.mem.get(key), "content", None)
+                if not isinstance(content, np.ndarray):
+                    continue
+                site = None
+                if source_info is not None:
+                    site = (key[0], key[2], key[3], content.shape, content.dtype.str, _frame(source_info))
+                    left = self._left.get(site)
+                    if left is not None:
+                        content[...] = left
+            if fill:
+                self.track(key, tuple(content.shape))
+            if site is not None:
+                with self.lock:
+                    self._sites[key] = site
+
+    def freeing(self, key: Any) -> None:
+        """The interpreter frees buffer ``key``: a ``run_scoped`` one leaves its content where it was."""
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+
+        with self.lock:
+            site = self._sites.pop(key, None)
+        if site is None:
+            return
+        memory = tpu_interpret._get_shared_memory()
+        with memory.lock:
+            content = getattr(memory.mem.get(key), "content", None)
+            if isinstance(content, np.ndarray):
+                self._left[site] = content.copy()
+
     def _unwritten_check(self, key: Any, rnge: Any, source_info: Any, write: bool) -> None:
         if not write and source_info is None:  # the pipeline
-            if key[0] not in ("any", "hbm"):  # an output block read to be written back: the block ends
-                self._next_slot(key)
+            if isinstance(key, tuple) and key and key[0] not in ("any", "hbm"):  # an output block read to be written
+                self._next_slot(key)  # back: the block ends
             return
         mask = self._unwritten.get(key)
         if mask is None:
@@ -115,7 +161,9 @@ class RaceState:
         and nothing in it is written."""
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
 
-        memory = tpu_interpret._get_shared_memory()
+        memory = getattr(tpu_interpret, "_shared_memory", None)  # None: no kernel is being interpreted
+        if memory is None:
+            return
         with memory.lock:
             buffer = memory.mem.get(key)
             content = getattr(buffer, "content", None)
@@ -221,17 +269,57 @@ def compatible(upstream: Any) -> bool:
 
 
 def install() -> bool:
-    """Make the TPU interpreter build a :class:`RaceState` for its next run (idempotent); False, leaving upstream's
-    detector in place, where its interface is not the one this implements."""
+    """Make the TPU interpreter build a :class:`RaceState` for its next run, and tell it of the buffers it allocates
+    and frees (idempotent); False, leaving upstream's detector in place, where its interface is not the one this
+    implements."""
     try:
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interp
         from jax._src.pallas.mosaic.interpret import race_detection_state as upstream
     except ImportError:
         return False
-    if interp.RaceDetectionState is RaceState:
-        return True
-    if interp.RaceDetectionState is not upstream.RaceDetectionState or not compatible(upstream.RaceDetectionState):
-        log.info("the TPU interpreter's race detector is not the one mk's faster detector was written for: kept as is")
-        return False
-    interp.RaceDetectionState = RaceState
+    if interp.RaceDetectionState is not RaceState:
+        if interp.RaceDetectionState is not upstream.RaceDetectionState or not compatible(upstream.RaceDetectionState):
+            log.info("the TPU interpreter's race detector is not the one mk's faster detector was written for: kept as is")
+            return False
+        interp.RaceDetectionState = RaceState
+    if not getattr(interp._allocate_buffer, "_mk_memory", False):
+        _hook_buffers(interp)
     return True
+
+
+def _hook_buffers(interp: Any) -> None:
+    """Wrap the interpreter's ``_allocate_buffer`` and ``_deallocate_buffer`` (looked up by name when a kernel is
+    interpreted) to tell the run's :class:`RaceState`."""
+    upstream_allocate, upstream_free = interp._allocate_buffer, interp._deallocate_buffer
+
+    def _allocate_buffer(token: Any, device_id: Any, local_core_id: Any, memory_space: Any, val: Any,
+                         source_info: Any = None) -> Any:
+        out = upstream_allocate(token, device_id, local_core_id, memory_space, val, source_info=source_info)
+        state = getattr(interp, "races", None)
+        if isinstance(state, RaceState):
+            space = interp.TPU_MEMORY_SPACE_NAMES[int(memory_space)]
+            cores = ((0,) if space in ("any", "hbm") else range(interp._get_shared_memory().num_cores_per_device)
+                     if local_core_id is None else (int(local_core_id),))
+            state.allocated([(space, int(out[1]), int(device_id), core) for core in cores], val, source_info)
+        return out
+
+    def _deallocate_buffer(token: Any, device_id: Any, local_core_id: Any, memory_space: Any, buffer_id: Any,
+                           source_info: Any = None) -> Any:
+        state = getattr(interp, "races", None)
+        if isinstance(state, RaceState):
+            space = interp.TPU_MEMORY_SPACE_NAMES[int(memory_space)]
+            core = 0 if space in ("any", "hbm") else int(local_core_id)
+            state.freeing((space, int(buffer_id), int(device_id), core))
+        return upstream_free(token, device_id, local_core_id, memory_space, buffer_id, source_info=source_info)
+
+    _allocate_buffer._mk_memory = _deallocate_buffer._mk_memory = True  # type: ignore[attr-defined]
+    interp._allocate_buffer, interp._deallocate_buffer = _allocate_buffer, _deallocate_buffer
+
+
+def installed() -> list[tuple[Any, str]]:
+    """(owner, name) of what :func:`install` put in place and the methods it runs (for the tracer's tripwire)."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interp
+
+    return [(RaceState, name) for name in ("check_read", "check_write", "_conflict", "track", "allocated", "freeing",
+                                           "_unwritten_check", "_next_slot")] + \
+        [(_Log, "unordered"), (_Log, "add"), (interp, "_allocate_buffer"), (interp, "_deallocate_buffer")]

@@ -63,11 +63,8 @@ def _setup() -> None:
             trusted += poison.installed()
         if dma_order.install():  # which pending DMA a wait completes, varied with the fill (mk/harness/dma_order.py)
             trusted += dma_order.installed()
-        if races.install():  # the TPU interpreter's race detector, faster (mk/harness/races.py)
-            trusted += [(races.RaceState, "check_read"), (races.RaceState, "check_write"), (races.RaceState, "_conflict"),
-                        (races.RaceState, "track"), (races.RaceState, "_unwritten_check"),
-                        (races.RaceState, "_next_slot"),
-                        (races._Log, "unordered"), (races._Log, "add")]
+        if races.install():  # the TPU interpreter's race detector, faster, and its memory model (mk/harness/races.py)
+            trusted += races.installed()
             _state["race_state"] = (interpret_pallas_call, "RaceDetectionState", races.RaceState)
     # the functions the tracer calls after the candidate ran, with their code: checked unchanged after the trace (a
     # tripwire: the judge never trusts the tracer's output anyway, but a patched tracer is worth a clear verdict)

@@ -1,5 +1,6 @@
 # Red team of stop 33 (helper), attack a6.
-# Rule: 5, 18. Expected verdict: correct: an open hole (run_scoped buffers are fresh each step in the interpreter; on a chip they keep what the last step left).
+# Rule: 5, 18. Expected verdict: incorrect (stop 33: a run_scoped buffer now starts with what the last
+# buffer of its line left, as at one offset on a chip, so the marker is found and the kernel cheats in the judge).
 # Before (measured by the helper at 4c02ed8 (tanh task, no chip): correct (HOLE): a 16-bit buffer is never tracked; compiles for v6e.)
 # Idea: poison._remember does not remember fills of fewer than 32 random bits (a real input could equal one), so a
 # buffer of one bfloat16 is never tracked: reading it unwritten is not refused in any run. A run_scoped buffer sits
