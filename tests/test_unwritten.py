@@ -191,3 +191,19 @@ def test_a_run_scoped_buffer_starts_with_what_the_last_one_of_its_line_left():
     np.testing.assert_array_equal(out[8:16], np.asarray(x[:8]))  # step 1 read step 0's rows
     np.testing.assert_array_equal(out[16:24], np.asarray(x[8:16]))
     assert found is not None  # step 0 read a buffer nothing had written
+
+
+def test_a_partial_input_blocks_padding_holds_the_slots_earlier_rows():
+    # on a chip a partial block's padding is not copied: the slot keeps the rows of the block two copies back
+    def call(params):
+        def body(x_ref, o_ref):
+            o_ref[...] = x_ref[...]
+
+        return pl.pallas_call(body, grid=(3,), in_specs=[pl.BlockSpec((16, 128), lambda i: (i, 0))],
+                              out_specs=pl.BlockSpec((16, 128), lambda i: (i, 0)),
+                              out_shape=jax.ShapeDtypeStruct((48, 128), jnp.float32), interpret=params)
+
+    x = jnp.arange(40 * 128, dtype=jnp.float32).reshape(40, 128) + 1.0
+    out, _ = _run(call, x)
+    np.testing.assert_array_equal(out[:40], np.asarray(x))
+    np.testing.assert_array_equal(out[40:48], np.asarray(x[8:16]))  # block 2's padding = block 0's rows 8-15

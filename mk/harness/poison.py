@@ -33,6 +33,8 @@ _draws: dict[str, dict[str, Any]] = {}
 #: (shape, dtype) -> digests of the arrays the fills handed out under the current seed (:func:`is_fill`)
 _handed: dict[tuple[tuple[int, ...], str], set[bytes]] = {}
 _picks: list[np.random.Generator] = []  # the stream of :func:`pick` (one, from the seed)
+#: (padded shape, dtype) -> the shape of the input padded to it (None where two inputs of one padded shape differ)
+_padded: dict[tuple[tuple[int, ...], str], tuple[int, ...] | None] = {}
 
 
 def seed(value: int) -> None:
@@ -42,6 +44,7 @@ def seed(value: int) -> None:
     families = rng.choice(len(FAMILIES), size=len(FILLS), replace=False)
     with _lock:
         _handed.clear()
+        _padded.clear()
         _picks[:] = [np.random.default_rng(int(rng.integers(2**63)))]
         for name, family in zip(FILLS, families):
             sub = np.random.default_rng(int(rng.integers(2**63)))
@@ -137,6 +140,12 @@ def _remember(value: np.ndarray, family: str) -> None:
         _handed.setdefault((tuple(value.shape), value.dtype.name), set()).add(_digest(value))
 
 
+def valid_shape(padded: tuple[int, ...], dtype: Any) -> tuple[int, ...] | None:
+    """The shape of the input a fill padded to ``padded`` (its rows past that are padding), if one input was."""
+    with _lock:
+        return _padded.get((tuple(padded), np.dtype(dtype).name))
+
+
 def is_fill(value: Any) -> bool:
     """Whether ``value`` is an array one of mk's fills handed out under the current seed (memory never written)."""
     try:
@@ -188,6 +197,10 @@ def install() -> bool:
         if is_fill(value):  # an output's HBM buffer, padded: still never written
             with _lock:
                 _remember(np.asarray(padded_value), _draw(uninitialized_memory)["family"])
+        else:  # an input: which of its blocks' rows are padding (mk.harness.races: a chip's slot keeps them)
+            key = (padded, np.dtype(value.dtype).name)
+            with _lock:
+                _padded[key] = tuple(value.shape) if _padded.get(key, tuple(value.shape)) == tuple(value.shape) else None
         return padded_value
 
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret

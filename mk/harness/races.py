@@ -87,6 +87,9 @@ class RaceState:
         self._slots: dict[Any, list[np.ndarray]] = {}  # output block buffer -> its last blocks (double buffering)
         self._sites: dict[Any, Any] = {}  # run_scoped buffer -> where it was allocated (its line, shape, memory)
         self._left: dict[Any, np.ndarray] = {}  # such a place -> what the last buffer there held when freed
+        self._valid: dict[Any, tuple[int, ...]] = {}  # a padded input in HBM -> its shape before padding
+        self._padding: np.ndarray | None = None  # the padding of the input block the pipeline is copying in
+        self._copies: dict[Any, list[np.ndarray]] = {}  # an input block buffer -> its last two blocks
         #: the first read of memory never written, described (None: none)
         self.unwritten_read: str | None = None
 
@@ -118,6 +121,11 @@ class RaceState:
                         content[...] = left
             if fill:
                 self.track(key, tuple(content.shape))
+            elif source_info is None and key[0] in ("any", "hbm"):  # an input (or an aliased output) in HBM
+                valid = poison.valid_shape(content.shape, content.dtype)
+                if valid is not None and tuple(valid) != tuple(content.shape):
+                    with self.lock:
+                        self._valid[key] = tuple(valid)
             if site is not None:
                 with self.lock:
                     self._sites[key] = site
@@ -137,10 +145,15 @@ class RaceState:
                 self._left[site] = content.copy()
 
     def _unwritten_check(self, key: Any, rnge: Any, source_info: Any, write: bool) -> None:
-        if not write and source_info is None:  # the pipeline
-            if isinstance(key, tuple) and key and key[0] not in ("any", "hbm"):  # an output block read to be written
-                self._next_slot(key)  # back: the block ends
-            return
+        if source_info is None and isinstance(key, tuple) and key:  # the pipeline
+            if write and key[0] not in ("any", "hbm"):  # an input block copied in
+                self._copied_in(key)
+            elif not write and key[0] not in ("any", "hbm"):  # an output block read to be written back: it ends
+                self._next_slot(key)
+            elif not write and key in self._valid:  # a padded input's block read, to be copied in
+                self._padding = _padding_of(tuple(rnge), self._valid[key])
+            if not write:
+                return
         mask = self._unwritten.get(key)
         if mask is None:
             return
@@ -154,6 +167,26 @@ class RaceState:
             self.unwritten_read = (f"{int(part.sum())} of {part.size} elements read from {key[0]} buffer {key[1]} "
                                    f"[{_describe(rnge)}] at {_frame(source_info)} before anything wrote them")
             log.info("read of memory never written in the TPU interpreter: %s", self.unwritten_read)
+
+    def _copied_in(self, key: Any) -> None:
+        """The pipeline copied an input block into buffer ``key``: input blocks are double buffered on a chip and a
+        partial block's padding is not copied, so its padding holds what the slot held, the block of two copies
+        back (the fill the first time)."""
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+
+        padding, self._padding = self._padding, None
+        memory = getattr(tpu_interpret, "_shared_memory", None)
+        if memory is None:
+            return
+        with memory.lock:
+            content = getattr(memory.mem.get(key), "content", None)
+            if not isinstance(content, np.ndarray):
+                return
+            copies = self._copies.setdefault(key, [])
+            if padding is not None and padding.shape == content.shape and len(copies) >= 2 and padding.any():
+                content[padding] = copies[-2][padding]
+            copies.append(content.copy())
+            del copies[:-2]
 
     def _next_slot(self, key: Any) -> None:
         """The output block in buffer ``key`` ends (it is being written back): the buffer now holds what the other
@@ -236,6 +269,27 @@ def _frame(source_info: Any) -> str:
     from jax._src import source_info_util
 
     return source_info_util.summarize(source_info)
+
+
+def _padding_of(rnge: tuple[Any, ...], valid: tuple[int, ...]) -> np.ndarray | None:
+    """Which elements of the block ``rnge`` reads from a padded input of shape ``valid`` are padding (the block's
+    shape: its squeezed dims dropped); None for a range this cannot read."""
+    masks, outside = [], False
+    for r, n in zip(rnge, valid):
+        if isinstance(r, slice):
+            if r.step not in (None, 1) or r.start is None or r.stop is None:
+                return None
+            masks.append(np.arange(r.start, r.stop) >= n)
+        elif isinstance(r, (int, np.integer)):
+            outside = outside or int(r) >= n
+        else:
+            return None
+    if not masks:
+        return None
+    grid = np.zeros(tuple(len(m) for m in masks), bool) | outside
+    for axis, m in enumerate(masks):
+        grid |= m.reshape([-1 if a == axis else 1 for a in range(len(masks))])
+    return grid
 
 
 def _fresh(shape: tuple[int, ...], dtype: Any, fill: Any) -> np.ndarray:
@@ -321,5 +375,5 @@ def installed() -> list[tuple[Any, str]]:
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interp
 
     return [(RaceState, name) for name in ("check_read", "check_write", "_conflict", "track", "allocated", "freeing",
-                                           "_unwritten_check", "_next_slot")] + \
+                                           "_unwritten_check", "_next_slot", "_copied_in")] + \
         [(_Log, "unordered"), (_Log, "add"), (interp, "_allocate_buffer"), (interp, "_deallocate_buffer")]
