@@ -16,7 +16,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from mk.harness import poison
+from mk.harness import poison, races
 from mk.targets import get_target
 
 TPU = get_target("tpu")
@@ -30,6 +30,7 @@ def _run(call, *args, family: str = "uniform"):
     """``call(params)`` builds the pallas_call; the outputs and the first unwritten read the interpreter saw."""
     _seed_with(family)
     params = TPU.interpret_params(seed=0, poison=poison.GARBAGE)
+    races.start()
     out = jax.block_until_ready(call(params)(*args))
     return out, TPU.unwritten_read()
 

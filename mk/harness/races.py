@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -74,6 +75,31 @@ class _Log:
         return np.flatnonzero(~(before | after))
 
 
+class Findings:
+    """What the race states of one run found, across every kernel of the program: the interpreter makes a new race
+    state for each ``pallas_call`` (stop 33's second red team: a race in the first kernel of two was forgotten when
+    the second began, and only the last kernel's findings were read)."""
+
+    def __init__(self) -> None:
+        self.races = False
+        self.unwritten: str | None = None
+
+
+_findings = Findings()
+
+
+def start() -> Findings:
+    """Begin a run: the findings of every race state made from now on (until the next start) go to a new record."""
+    global _findings
+    _findings = Findings()
+    return _findings
+
+
+def findings() -> Findings:
+    """The record of the current run (:func:`start`)."""
+    return _findings
+
+
 class RaceState:
     """A drop-in for upstream's ``RaceDetectionState`` (the attributes and methods the interpreter uses)."""
 
@@ -81,6 +107,7 @@ class RaceState:
         self.num_cores = num_cores
         self.lock = threading.Lock()
         self.races_found = False
+        self.findings = _findings  # the run's record, shared by every kernel's race state
         self._reads: dict[Any, _Log] = {}
         self._writes: dict[Any, _Log] = {}
         self._unwritten: dict[Any, np.ndarray] = {}  # buffer key -> True where nothing has written yet
@@ -166,6 +193,8 @@ class RaceState:
         elif part.any() and self.unwritten_read is None:
             self.unwritten_read = (f"{int(part.sum())} of {part.size} elements read from {key[0]} buffer {key[1]} "
                                    f"[{_describe(rnge)}] at {_frame(source_info)} before anything wrote them")
+            if self.findings.unwritten is None:
+                self.findings.unwritten = self.unwritten_read
             log.info("read of memory never written in the TPU interpreter: %s", self.unwritten_read)
 
     def _copied_in(self, key: Any) -> None:
@@ -234,6 +263,7 @@ class RaceState:
         log.warning("race in the TPU interpreter: %s of %s[%s] by %s/%s at %s, against a %s of [%s] by %s/%s at %s",
                     what, key, rnge, who[0], who[1], _frame(who[2]), other, log_.ranges[i], dev, core, _frame(info))
         self.races_found = True
+        self.findings.races = True
 
     def check_read(self, device_id: Any, local_core_id: Any, clock: Any, buffer_key: Any, rnge: Any,
                    source_info: Any = None) -> None:
@@ -376,4 +406,5 @@ def installed() -> list[tuple[Any, str]]:
 
     return [(RaceState, name) for name in ("check_read", "check_write", "_conflict", "track", "allocated", "freeing",
                                            "_unwritten_check", "_next_slot", "_copied_in")] + \
-        [(_Log, "unordered"), (_Log, "add"), (interp, "_allocate_buffer"), (interp, "_deallocate_buffer")]
+        [(_Log, "unordered"), (_Log, "add"), (interp, "_allocate_buffer"), (interp, "_deallocate_buffer"),
+         (sys.modules[__name__], "start"), (sys.modules[__name__], "findings")]

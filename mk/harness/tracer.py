@@ -436,6 +436,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     fn = runs.get(request.get("run", "cases")) or runs["cases"]  # a check of a program with no CPU form: its cases' run
     folder = _state["workdir"] / request["dir"]
     inputs = load_arrays(folder, "in")
+    from mk.harness import races
+
+    races.start()  # the findings of every kernel this run interprets
     with target.lowering_context(_state["spec"].get("chip", "v6e")):
         out = jax.block_until_ready(fn(*[jax.device_put(x) for x in inputs]))
     save_arrays(folder, "out", [np.asarray(x) for x in jax.tree_util.tree_leaves(out)])
