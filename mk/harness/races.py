@@ -117,6 +117,7 @@ class RaceState:
         self._valid: dict[Any, tuple[int, ...]] = {}  # a padded input in HBM -> its shape before padding
         self._padding: np.ndarray | None = None  # the padding of the input block the pipeline is copying in
         self._copies: dict[Any, list[np.ndarray]] = {}  # an input block buffer -> its last two blocks
+        self._landed: dict[Any, list[tuple[int, int, Any]]] = {}  # buffer -> DMA writes: (id, DMAs started by then, range)
         #: the first read of memory never written, described (None: none)
         self.unwritten_read: str | None = None
 
@@ -196,6 +197,27 @@ class RaceState:
             if self.findings.unwritten is None:
                 self.findings.unwritten = self.unwritten_read
             log.info("read of memory never written in the TPU interpreter: %s", self.unwritten_read)
+
+    def _dma_landed(self, dma: int, key: Any, rnge: Any, who: tuple[Any, Any, Any]) -> None:
+        """DMA ``dma`` wrote ``rnge`` of ``key``: a race if another DMA into an overlapping range was in flight at
+        the same time (one started before the other landed), whichever landed last: two copies into one window at
+        once land in no promised order on a chip (stop 33's second red team: zeros then the result into one HBM
+        window at a dynamic offset; the interpreter's clocks order two DMAs of one virtual device, so upstream's
+        detector never reported it). Called with the lock held."""
+        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+        from jax._src.pallas.mosaic.interpret.race_detection_state import _ranges_overlap
+
+        counter = getattr(tpu_interpret, "dma_id_counter", None)
+        started = int(getattr(counter, "value", dma + 1))
+        landed = self._landed.setdefault(key, [])
+        for other, other_started, other_range in landed:
+            if other != dma and dma < other_started and _ranges_overlap(rnge, other_range):
+                log.warning("race in the TPU interpreter: DMAs %d and %d both in flight into %s[%s] (at %s)", other,
+                            dma, key, rnge, _frame(who[2]))
+                self.races_found = True
+                self.findings.races = True
+                break
+        landed.append((dma, started, rnge))
 
     def _copied_in(self, key: Any) -> None:
         """The pipeline copied an input block into buffer ``key``: input blocks are double buffered on a chip and a
@@ -291,6 +313,8 @@ class RaceState:
                 if i is not None:
                     self._found("write", buffer_key, rnge, who, other, log_, i)
             self._unwritten_check(buffer_key, rnge, source_info, write=True)
+            if _is_dma(device_id):
+                self._dma_landed(int(device_id), buffer_key, rnge, who)
 
 
 def _frame(source_info: Any) -> str:
@@ -299,6 +323,18 @@ def _frame(source_info: Any) -> str:
     from jax._src import source_info_util
 
     return source_info_util.summarize(source_info)
+
+
+#: the first id the TPU interpreter gives a DMA (``dma_id_counter = Counter(100)``): a write reported with a source
+#: "device" of at least this is a DMA's (``DMA.execute_write`` passes its id), below it a core's
+FIRST_DMA_ID = 100
+
+
+def _is_dma(device_id: Any) -> bool:
+    try:
+        return int(device_id) >= FIRST_DMA_ID
+    except (TypeError, ValueError):
+        return False
 
 
 def _padding_of(rnge: tuple[Any, ...], valid: tuple[int, ...]) -> np.ndarray | None:
@@ -405,6 +441,6 @@ def installed() -> list[tuple[Any, str]]:
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interp
 
     return [(RaceState, name) for name in ("check_read", "check_write", "_conflict", "track", "allocated", "freeing",
-                                           "_unwritten_check", "_next_slot", "_copied_in")] + \
+                                           "_unwritten_check", "_next_slot", "_copied_in", "_dma_landed")] + \
         [(_Log, "unordered"), (_Log, "add"), (interp, "_allocate_buffer"), (interp, "_deallocate_buffer"),
          (sys.modules[__name__], "start"), (sys.modules[__name__], "findings")]

@@ -1,5 +1,6 @@
 # Round 14 red team (rt34), attack h7 (found as the control for h1b: the same racy kernel, alone). Task: tanh. Rules 5, 18.
-# Rule: 5, 18. Expected verdict: correct: an open hole (the race detector does not report two DMAs in flight into one window at a dynamic offset; program.dma_write_races reads static windows only).
+# Rule: 5, 18. Expected verdict: rejected (a race; stop 33: two DMAs into overlapping ranges in flight at once are a race,
+# races.RaceState._dma_landed). Before (6b6a34b and 9cbe15d): correct.
 # Idea (one pallas_call, with a CPU form, no flag): two DMAs into the same HBM
 # output window are in flight at once: A copies zeros, B the real result; each on its own semaphore; start A, start
 # B, wait A, wait B. The HLO interpreter runs each at its start (B last: right); the TPU interpreter runs each at its

@@ -1,5 +1,6 @@
 # Round 14 red team (rt34), attack h1b. Task: tanh. Rules 5, 18.
-# Rule: 5, 18. Expected verdict: correct: an open hole (two DMAs into one HBM window in flight at once; see r14_rt_ww_dma_race_dynamic_window).
+# Rule: 5, 18. Expected verdict: rejected (a race; stop 33: two DMAs into overlapping ranges in flight at once are a race,
+# races.RaceState._dma_landed). Before (6b6a34b and 9cbe15d): correct.
 # Idea: h1 without the prng_seed (the program HAS a CPU form, so no "weaker" flag). Two DMAs into the same HBM
 # output window are in flight at once: A copies zeros, B the real result; each on its own semaphore; start A, start
 # B, wait A, wait B. The HLO interpreter runs each at its start (B last: right); the TPU interpreter runs each at its
