@@ -75,6 +75,30 @@ class _Log:
         return np.flatnonzero(~(before | after))
 
 
+class _Landed:
+    """The DMA writes that landed in one buffer: each DMA's id, the ids given out by then (every DMA with a smaller
+    id had started), and its range."""
+
+    __slots__ = ("ids", "started", "ranges")
+
+    def __init__(self) -> None:
+        self.ids = np.zeros(16, np.int64)
+        self.started = np.zeros(16, np.int64)
+        self.ranges: list[Any] = []
+
+    def add(self, dma: int, started: int, rnge: Any) -> None:
+        n = len(self.ranges)
+        if n == len(self.ids):
+            self.ids, self.started = (np.concatenate([a, np.zeros_like(a)]) for a in (self.ids, self.started))
+        self.ids[n], self.started[n] = dma, started
+        self.ranges.append(rnge)
+
+    def concurrent(self, dma: int) -> np.ndarray:
+        """Indices of the writes that landed while DMA ``dma`` (landing now) was in flight."""
+        n = len(self.ranges)
+        return np.flatnonzero((self.ids[:n] != dma) & (dma < self.started[:n]))
+
+
 class Findings:
     """What the race states of one run found, across every kernel of the program: the interpreter makes a new race
     state for each ``pallas_call`` (stop 33's second red team: a race in the first kernel of two was forgotten when
@@ -117,7 +141,7 @@ class RaceState:
         self._valid: dict[Any, tuple[int, ...]] = {}  # a padded input in HBM -> its shape before padding
         self._padding: np.ndarray | None = None  # the padding of the input block the pipeline is copying in
         self._copies: dict[Any, list[np.ndarray]] = {}  # an input block buffer -> its last two blocks
-        self._landed: dict[Any, list[tuple[int, int, Any]]] = {}  # buffer -> DMA writes: (id, DMAs started by then, range)
+        self._landed: dict[Any, _Landed] = {}  # buffer -> the DMA writes that landed in it
         #: the first read of memory never written, described (None: none)
         self.unwritten_read: str | None = None
 
@@ -203,21 +227,24 @@ class RaceState:
         the same time (one started before the other landed), whichever landed last: two copies into one window at
         once land in no promised order on a chip (stop 33's second red team: zeros then the result into one HBM
         window at a dynamic offset; the interpreter's clocks order two DMAs of one virtual device, so upstream's
-        detector never reported it). Called with the lock held."""
+        detector never reported it). Called with the lock held; the candidates are found with array operations
+        (a kernel may issue thousands of copies into one buffer), their ranges compared one by one."""
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
         from jax._src.pallas.mosaic.interpret.race_detection_state import _ranges_overlap
 
         counter = getattr(tpu_interpret, "dma_id_counter", None)
         started = int(getattr(counter, "value", dma + 1))
-        landed = self._landed.setdefault(key, [])
-        for other, other_started, other_range in landed:
-            if other != dma and dma < other_started and _ranges_overlap(rnge, other_range):
-                log.warning("race in the TPU interpreter: DMAs %d and %d both in flight into %s[%s] (at %s)", other,
-                            dma, key, rnge, _frame(who[2]))
+        landed = self._landed.get(key)
+        if landed is None:
+            landed = self._landed[key] = _Landed()
+        for i in landed.concurrent(dma):
+            if _ranges_overlap(rnge, landed.ranges[i]):
+                log.warning("race in the TPU interpreter: DMAs %d and %d both in flight into %s[%s] (at %s)",
+                            int(landed.ids[i]), dma, key, rnge, _frame(who[2]))
                 self.races_found = True
                 self.findings.races = True
                 break
-        landed.append((dma, started, rnge))
+        landed.add(dma, started, rnge)
 
     def _copied_in(self, key: Any) -> None:
         """The pipeline copied an input block into buffer ``key``: input blocks are double buffered on a chip and a
@@ -442,5 +469,6 @@ def installed() -> list[tuple[Any, str]]:
 
     return [(RaceState, name) for name in ("check_read", "check_write", "_conflict", "track", "allocated", "freeing",
                                            "_unwritten_check", "_next_slot", "_copied_in", "_dma_landed")] + \
-        [(_Log, "unordered"), (_Log, "add"), (interp, "_allocate_buffer"), (interp, "_deallocate_buffer"),
+        [(_Log, "unordered"), (_Log, "add"), (_Landed, "add"), (_Landed, "concurrent"),
+         (interp, "_allocate_buffer"), (interp, "_deallocate_buffer"),
          (sys.modules[__name__], "start"), (sys.modules[__name__], "findings")]
