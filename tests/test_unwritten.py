@@ -208,3 +208,20 @@ def test_a_partial_input_blocks_padding_holds_the_slots_earlier_rows():
     out, _ = _run(call, x)
     np.testing.assert_array_equal(out[:40], np.asarray(x))
     np.testing.assert_array_equal(out[40:48], np.asarray(x[8:16]))  # block 2's padding = block 0's rows 8-15
+
+
+def test_an_input_whose_own_shape_is_another_inputs_padded_shape_keeps_its_rows():
+    # a review of stop 33: inputs were told padded by (padded shape, dtype) alone, so a 24-row input after a 20-row
+    # one (padded to 24) had its rows 20-23 overwritten; now only an array whose padding is the fill a pad handed out
+    def call(n):
+        def body(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2.0
+
+        return lambda params: pl.pallas_call(body, grid=(pl.cdiv(n, 8),), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                                             out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+                                             out_shape=jax.ShapeDtypeStruct((n, 128), jnp.float32), interpret=params)
+
+    for n in (20, 24):
+        x = jnp.arange(n * 128, dtype=jnp.float32).reshape(n, 128)
+        out, _ = _run(call(n), x)
+        np.testing.assert_array_equal(out, np.asarray(x) * 2.0)

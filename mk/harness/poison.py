@@ -33,8 +33,8 @@ _draws: dict[str, dict[str, Any]] = {}
 #: (shape, dtype) -> digests of the arrays the fills handed out under the current seed (:func:`is_fill`)
 _handed: dict[tuple[tuple[int, ...], str], set[bytes]] = {}
 _picks: list[np.random.Generator] = []  # the stream of :func:`pick` (one, from the seed)
-#: (padded shape, dtype) -> the shape of the input padded to it (None where two inputs of one padded shape differ)
-_padded: dict[tuple[tuple[int, ...], str], tuple[int, ...] | None] = {}
+#: (padded shape, dtype) -> (the shape of an input a fill padded to it, the digest of the fill in its padding)
+_padded: dict[tuple[tuple[int, ...], str], list[tuple[tuple[int, ...], bytes]]] = {}
 
 
 def seed(value: int) -> None:
@@ -115,6 +115,7 @@ def array(shape: tuple[int, ...], dtype: Any, fill: str = GARBAGE) -> np.ndarray
     """Values of ``shape`` and ``dtype`` from ``fill``'s family (finite; booleans either way unless zeros),
     remembered as a fill's (:func:`is_fill`)."""
     dt = np.dtype(dtype)
+    _draw(fill)  # seeded, if nothing seeded yet (seed takes the lock)
     with _lock:
         draw = _draw(fill)
         rng, fam, scale = draw["rng"], draw["family"], draw["scale"]
@@ -140,10 +141,22 @@ def _remember(value: np.ndarray, family: str) -> None:
         _handed.setdefault((tuple(value.shape), value.dtype.name), set()).add(_digest(value))
 
 
-def valid_shape(padded: tuple[int, ...], dtype: Any) -> tuple[int, ...] | None:
-    """The shape of the input a fill padded to ``padded`` (its rows past that are padding), if one input was."""
+def padding_mask(shape: tuple[int, ...], valid: tuple[int, ...]) -> np.ndarray:
+    """True where an array of ``shape`` lies outside ``valid`` (the padding of an input padded to ``shape``)."""
+    inside = np.ones(shape, bool)
+    inside[tuple(slice(0, v) for v in valid)] = False
+    return inside
+
+
+def valid_shape(content: np.ndarray) -> tuple[int, ...] | None:
+    """The shape of the input ``content`` holds before a fill padded it: only where its padding is exactly the fill
+    a pad handed out (a real input of that shape, unpadded, never matches random fill), else None."""
     with _lock:
-        return _padded.get((tuple(padded), np.dtype(dtype).name))
+        candidates = list(_padded.get((tuple(content.shape), content.dtype.name), ()))
+    for valid, digest in candidates:
+        if _digest(content[padding_mask(content.shape, valid)]) == digest:
+            return valid
+    return None
 
 
 def is_fill(value: Any) -> bool:
@@ -192,15 +205,18 @@ def install() -> bool:
             return value
         import jax.numpy as jnp
 
-        filler = jnp.asarray(array(padded, value.dtype, uninitialized_memory))  # varied, as a chip's stale memory
+        filler_values = array(padded, value.dtype, uninitialized_memory)  # varied, as a chip's stale memory
+        filler = jnp.asarray(filler_values)
         padded_value = filler.at[tuple(slice(0, d) for d in value.shape)].set(value)
         if is_fill(value):  # an output's HBM buffer, padded: still never written
             with _lock:
                 _remember(np.asarray(padded_value), _draw(uninitialized_memory)["family"])
         else:  # an input: which of its blocks' rows are padding (mk.harness.races: a chip's slot keeps them)
-            key = (padded, np.dtype(value.dtype).name)
-            with _lock:
-                _padded[key] = tuple(value.shape) if _padded.get(key, tuple(value.shape)) == tuple(value.shape) else None
+            pad = filler_values[padding_mask(padded, tuple(value.shape))]
+            bits = pad.size if pad.dtype == np.bool_ else pad.size * pad.dtype.itemsize * 8
+            if _draw(uninitialized_memory)["family"] != "zeros" and bits >= 32:  # zeros: a real input's rows could be
+                with _lock:
+                    _padded.setdefault((padded, np.dtype(value.dtype).name), []).append((tuple(value.shape), _digest(pad)))
         return padded_value
 
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret

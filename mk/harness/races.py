@@ -139,7 +139,7 @@ class RaceState:
         self._sites: dict[Any, Any] = {}  # run_scoped buffer -> where it was allocated (its line, shape, memory)
         self._left: dict[Any, np.ndarray] = {}  # such a place -> what the last buffer there held when freed
         self._valid: dict[Any, tuple[int, ...]] = {}  # a padded input in HBM -> its shape before padding
-        self._padding: np.ndarray | None = None  # the padding of the input block the pipeline is copying in
+        self._padding: dict[Any, np.ndarray | None] = {}  # (device, core) -> the padding of the block it copies in
         self._copies: dict[Any, list[np.ndarray]] = {}  # an input block buffer -> its last two blocks
         self._landed: dict[Any, _Landed] = {}  # buffer -> the DMA writes that landed in it
         #: the first read of memory never written, described (None: none)
@@ -174,7 +174,7 @@ class RaceState:
             if fill:
                 self.track(key, tuple(content.shape))
             elif source_info is None and key[0] in ("any", "hbm"):  # an input (or an aliased output) in HBM
-                valid = poison.valid_shape(content.shape, content.dtype)
+                valid = poison.valid_shape(content)  # only an input a fill padded: its padding is that fill
                 if valid is not None and tuple(valid) != tuple(content.shape):
                     with self.lock:
                         self._valid[key] = tuple(valid)
@@ -196,14 +196,14 @@ class RaceState:
             if isinstance(content, np.ndarray):
                 self._left[site] = content.copy()
 
-    def _unwritten_check(self, key: Any, rnge: Any, source_info: Any, write: bool) -> None:
+    def _unwritten_check(self, key: Any, rnge: Any, source_info: Any, write: bool, core: Any = None) -> None:
         if source_info is None and isinstance(key, tuple) and key:  # the pipeline
             if write and key[0] not in ("any", "hbm"):  # an input block copied in
-                self._copied_in(key)
+                self._copied_in(key, core)
             elif not write and key[0] not in ("any", "hbm"):  # an output block read to be written back: it ends
                 self._next_slot(key)
-            elif not write and key in self._valid:  # a padded input's block read, to be copied in
-                self._padding = _padding_of(tuple(rnge), self._valid[key])
+            elif not write and key in self._valid:  # a padded input's block read, to be copied in (by this core)
+                self._padding[core] = _padding_of(tuple(rnge), self._valid[key])
             if not write:
                 return
         mask = self._unwritten.get(key)
@@ -246,13 +246,13 @@ class RaceState:
                 break
         landed.add(dma, started, rnge)
 
-    def _copied_in(self, key: Any) -> None:
+    def _copied_in(self, key: Any, core: Any) -> None:
         """The pipeline copied an input block into buffer ``key``: input blocks are double buffered on a chip and a
         partial block's padding is not copied, so its padding holds what the slot held, the block of two copies
         back (the fill the first time)."""
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
 
-        padding, self._padding = self._padding, None
+        padding = self._padding.pop(core, None)
         memory = getattr(tpu_interpret, "_shared_memory", None)
         if memory is None:
             return
@@ -325,7 +325,7 @@ class RaceState:
             i = self._conflict(writes, n, clock, rnge)
             if i is not None:
                 self._found("read", buffer_key, rnge, who, "write", writes, i)
-            self._unwritten_check(buffer_key, rnge, source_info, write=False)
+            self._unwritten_check(buffer_key, rnge, source_info, write=False, core=(device_id, local_core_id))
 
     def check_write(self, device_id: Any, local_core_id: Any, clock: Any, buffer_key: Any, rnge: Any,
                     source_info: Any = None) -> None:
@@ -339,7 +339,7 @@ class RaceState:
                 i = self._conflict(log_, n, clock, rnge)
                 if i is not None:
                     self._found("write", buffer_key, rnge, who, other, log_, i)
-            self._unwritten_check(buffer_key, rnge, source_info, write=True)
+            self._unwritten_check(buffer_key, rnge, source_info, write=True, core=(device_id, local_core_id))
             if _is_dma(device_id):
                 self._dma_landed(int(device_id), buffer_key, rnge, who)
 
@@ -444,19 +444,25 @@ def _hook_buffers(interp: Any) -> None:
         out = upstream_allocate(token, device_id, local_core_id, memory_space, val, source_info=source_info)
         state = getattr(interp, "races", None)
         if isinstance(state, RaceState):
-            space = interp.TPU_MEMORY_SPACE_NAMES[int(memory_space)]
-            cores = ((0,) if space in ("any", "hbm") else range(interp._get_shared_memory().num_cores_per_device)
-                     if local_core_id is None else (int(local_core_id),))
-            state.allocated([(space, int(out[1]), int(device_id), core) for core in cores], val, source_info)
+            try:
+                space = interp.TPU_MEMORY_SPACE_NAMES[int(memory_space)]
+                cores = ((0,) if space in ("any", "hbm") else range(interp._get_shared_memory().num_cores_per_device)
+                         if local_core_id is None else (int(local_core_id),))
+                state.allocated([(space, int(out[1]), int(device_id), core) for core in cores], val, source_info)
+            except Exception:  # noqa: BLE001 - a fault of the model, not the kernel's: the run goes on without it
+                log.exception("the TPU interpreter's memory model failed on an allocation; that buffer is not modelled")
         return out
 
     def _deallocate_buffer(token: Any, device_id: Any, local_core_id: Any, memory_space: Any, buffer_id: Any,
                            source_info: Any = None) -> Any:
         state = getattr(interp, "races", None)
         if isinstance(state, RaceState):
-            space = interp.TPU_MEMORY_SPACE_NAMES[int(memory_space)]
-            core = 0 if space in ("any", "hbm") else int(local_core_id)
-            state.freeing((space, int(buffer_id), int(device_id), core))
+            try:
+                space = interp.TPU_MEMORY_SPACE_NAMES[int(memory_space)]
+                core = 0 if space in ("any", "hbm") else int(local_core_id)
+                state.freeing((space, int(buffer_id), int(device_id), core))
+            except Exception:  # noqa: BLE001 - as above
+                log.exception("the TPU interpreter's memory model failed on a free; that buffer is not modelled")
         return upstream_free(token, device_id, local_core_id, memory_space, buffer_id, source_info=source_info)
 
     _allocate_buffer._mk_memory = _deallocate_buffer._mk_memory = True  # type: ignore[attr-defined]
