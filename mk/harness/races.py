@@ -32,10 +32,12 @@ cheated when the next step found it passed, stop 33's red team).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -154,16 +156,12 @@ class RaceState:
         """The interpreter allocated ``keys`` (one buffer per core) with ``value``: tracked if ``value`` is a fill's
         (:func:`mk.harness.poison.is_fill`); a ``run_scoped`` buffer (one with a source line) starts with what the
         last buffer of its line left, as at one offset on a chip."""
-        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
-
         from mk.harness import poison
 
         fill = poison.is_fill(value)
-        memory = tpu_interpret._get_shared_memory()
         for key in keys:
-            with memory.lock:
-                content = getattr(memory.mem.get(key), "content", None)
-                if not isinstance(content, np.ndarray):
+            with _content(key) as (content, _):
+                if content is None:
                     continue
                 site = None
                 if source_info is not None:
@@ -184,19 +182,18 @@ class RaceState:
 
     def freeing(self, key: Any) -> None:
         """The interpreter frees buffer ``key``: a ``run_scoped`` one leaves its content where it was."""
-        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
-
         with self.lock:
             site = self._sites.pop(key, None)
         if site is None:
             return
-        memory = tpu_interpret._get_shared_memory()
-        with memory.lock:
-            content = getattr(memory.mem.get(key), "content", None)
-            if isinstance(content, np.ndarray):
+        with _content(key) as (content, _):
+            if content is not None:
                 self._left[site] = content.copy()
 
-    def _unwritten_check(self, key: Any, rnge: Any, source_info: Any, write: bool, core: Any = None) -> None:
+    def _accessed(self, key: Any, rnge: Any, source_info: Any, write: bool, core: Any = None) -> None:
+        """The memory model's part of an access (the lock held): the pipeline's copy-in, write-back and input read
+        drive the slots and padding; the kernel's writes mark elements written, its reads of unwritten ones are
+        recorded."""
         if source_info is None and isinstance(key, tuple) and key:  # the pipeline
             if write and key[0] not in ("any", "hbm"):  # an input block copied in
                 self._copied_in(key, core)
@@ -250,15 +247,9 @@ class RaceState:
         """The pipeline copied an input block into buffer ``key``: input blocks are double buffered on a chip and a
         partial block's padding is not copied, so its padding holds what the slot held, the block of two copies
         back (the fill the first time)."""
-        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
-
         padding = self._padding.pop(core, None)
-        memory = getattr(tpu_interpret, "_shared_memory", None)
-        if memory is None:
-            return
-        with memory.lock:
-            content = getattr(memory.mem.get(key), "content", None)
-            if not isinstance(content, np.ndarray):
+        with _content(key) as (content, _):
+            if content is None:
                 return
             copies = self._copies.setdefault(key, [])
             if padding is not None and padding.shape == content.shape and len(copies) >= 2 and padding.any():
@@ -270,15 +261,8 @@ class RaceState:
         """The output block in buffer ``key`` ends (it is being written back): the buffer now holds what the other
         slot of a double-buffered output holds on a chip, the block of two changes back (fresh fill the first time),
         and nothing in it is written."""
-        from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
-
-        memory = getattr(tpu_interpret, "_shared_memory", None)  # None: no kernel is being interpreted
-        if memory is None:
-            return
-        with memory.lock:
-            buffer = memory.mem.get(key)
-            content = getattr(buffer, "content", None)
-            if not isinstance(content, np.ndarray):
+        with _content(key) as (content, memory):
+            if content is None:
                 return
             blocks = self._slots.setdefault(key, [])
             blocks.append(content.copy())
@@ -325,7 +309,7 @@ class RaceState:
             i = self._conflict(writes, n, clock, rnge)
             if i is not None:
                 self._found("read", buffer_key, rnge, who, "write", writes, i)
-            self._unwritten_check(buffer_key, rnge, source_info, write=False, core=(device_id, local_core_id))
+            self._accessed(buffer_key, rnge, source_info, write=False, core=(device_id, local_core_id))
 
     def check_write(self, device_id: Any, local_core_id: Any, clock: Any, buffer_key: Any, rnge: Any,
                     source_info: Any = None) -> None:
@@ -339,9 +323,24 @@ class RaceState:
                 i = self._conflict(log_, n, clock, rnge)
                 if i is not None:
                     self._found("write", buffer_key, rnge, who, other, log_, i)
-            self._unwritten_check(buffer_key, rnge, source_info, write=True, core=(device_id, local_core_id))
+            self._accessed(buffer_key, rnge, source_info, write=True, core=(device_id, local_core_id))
             if _is_dma(device_id):
                 self._dma_landed(int(device_id), buffer_key, rnge, who)
+
+
+@contextlib.contextmanager
+def _content(key: Any) -> Iterator[tuple[np.ndarray | None, Any]]:
+    """The array buffer ``key`` holds in the interpreter's shared memory, with that memory's lock held, and the
+    memory; (None, ...) where no kernel is being interpreted or there is no such buffer."""
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as tpu_interpret
+
+    memory = getattr(tpu_interpret, "_shared_memory", None)
+    if memory is None:
+        yield None, None
+        return
+    with memory.lock:
+        content = getattr(memory.mem.get(key), "content", None)
+        yield (content if isinstance(content, np.ndarray) else None), memory
 
 
 def _frame(source_info: Any) -> str:
@@ -474,7 +473,7 @@ def installed() -> list[tuple[Any, str]]:
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as interp
 
     return [(RaceState, name) for name in ("check_read", "check_write", "_conflict", "track", "allocated", "freeing",
-                                           "_unwritten_check", "_next_slot", "_copied_in", "_dma_landed")] + \
+                                           "_accessed", "_next_slot", "_copied_in", "_dma_landed")] + \
         [(_Log, "unordered"), (_Log, "add"), (_Landed, "add"), (_Landed, "concurrent"),
          (interp, "_allocate_buffer"), (interp, "_deallocate_buffer"),
          (sys.modules[__name__], "start"), (sys.modules[__name__], "findings")]
