@@ -151,6 +151,56 @@ def test_probes_keep_axes_the_reference_ties_together():
     assert sources == ["w.shape[1]", "x.shape[0]", "x.shape[1]"]
 
 
+def _heads(x, w, num_heads, head_dim):
+    b, s, _ = x.shape
+    h = (x @ w).reshape(b, s, num_heads, head_dim)
+    return (h * head_dim ** -0.5).sum(axis=2)
+
+
+def _heads_task(scales: dict) -> Task:
+    return Task("heads", _heads, (ArgSpec("x", ("B", "S", "E"), "float32"), ArgSpec("w", ("E", "HD"), "float32")),
+                scales, static=(StaticArg("num_heads", 4), StaticArg("head_dim", 8)))
+
+
+def test_statics_a_dim_follows_are_probed_with_it_by_the_declared_scales():
+    """A head count the reference multiplies into a named dim cannot move alone (the reshape refuses); the task's other
+    declared scale (compile-only here, as ``--scale ci`` leaves it) shows the dim is ``num_heads * head_dim``, so each
+    static is probed with the dim moved too, and the reshape is written over the statics, not the ci numbers."""
+    full = Scale("full", {"B": 2, "S": 16, "E": 32, "HD": 128}, static={"num_heads": 8, "head_dim": 16})
+    ci = Scale("ci", {"B": 1, "S": 8, "E": 16, "HD": 32})
+    task = dataclasses.replace(_heads_task({"ci": ci}), compile_only={"full": full})
+    t0 = trace_scales(task)[0]
+    probes = probe(task, t0)
+    assert {"num_heads", "head_dim"} <= {p.var.name for p in probes.probes}
+    from mk.author.probe import _flat_eqns, _is_literal
+
+    reshape = next(e for e in _flat_eqns(t0.jaxpr.jaxpr) if e.primitive.name == "reshape")
+    assert probes.shape([p.outvars[0].aval.shape for p in probes.peers(reshape)]) == "(B, S, num_heads, head_dim)"
+    exprs = {probes.literal_expr(a) for e in _flat_eqns(t0.jaxpr.jaxpr) for a in e.invars if _is_literal(a)}
+    assert "(head_dim ** -0.5)" in exprs
+
+
+def test_a_sum_of_statics_is_written_as_the_sum():
+    """``(nope + rope) ** -0.5`` and a reshape to ``nope + rope`` (3p's query head): a value that moves with two
+    variables additively is their sum, not a monomial."""
+    task = load_task("jaxbench:3p_MLA_Attention").only_scale("ci")
+    t0 = trace_scales(task)[0]
+    probes = probe(task, t0)
+    from mk.author.probe import _flat_eqns
+
+    reshapes = [e for e in _flat_eqns(t0.jaxpr.jaxpr) if e.primitive.name == "reshape"]
+    shapes = {probes.shape([p.outvars[0].aval.shape for p in probes.peers(e)]) for e in reshapes}
+    assert "(B, S, num_heads, (qk_nope_head_dim + qk_rope_head_dim))" in shapes
+    assert "(B, S, num_heads, v_head_dim)" in shapes
+
+
+def test_without_another_declared_scale_tied_statics_stay_fixed():
+    """One declared scale shows no relation between a dim and the statics: nothing is guessed."""
+    task = _heads_task({"ci": Scale("ci", {"B": 1, "S": 8, "E": 16, "HD": 32})})
+    probes = probe(task, trace_scales(task)[0])
+    assert not {"num_heads", "head_dim"} & {p.var.name for p in probes.probes}
+
+
 def test_kernels_are_named_like_the_reference_and_carry_no_template_leftovers():
     specs = [("rmsnorm.py", "tpu"), ("matmul_gelu.py", "gpu"), ("attention.py", "tpu"),
              ("jaxbench:45k_Gemm_GroupNorm_Swish_Multiply_Swish", "tpu"), ("jaxbench:13p_Cross_Entropy", "tpu"),

@@ -190,7 +190,7 @@ class Probes:
             got = _fit_one(var, points, integer, tol)
             if got is not None:
                 return got
-        return _fit_monomial(self, deps, vals, integer, tol)
+        return _fit_monomial(self, deps, vals, integer, tol) or _fit_sum(self, deps, vals, integer, tol)
 
     def literal_expr(self, lit: Any) -> str | None:
         """The expression a literal of the base jaxpr stands for, or None when it is a plain number."""
@@ -255,8 +255,10 @@ def probe(task: Task, base: Traced) -> Probes:
     by_value: dict[int, list[_Item]] = {}
     for it in items:
         by_value.setdefault(it.value, []).append(it)
+    moved: set[_Item] = set()
     for value, group in by_value.items():
         for cls in _classes(group, lambda c: attempt({i: i.value * 2 for i in c}) is not None):
+            moved.update(cls)
             var = _class_var(cls, names, snames, task, taken)
             taken.add(var.name)
             kept = []
@@ -269,6 +271,25 @@ def probe(task: Task, base: Traced) -> Probes:
             vars_.append(var)
             if not kept:
                 opaque.append(var.name)
+            probes.extend(kept)
+    # int statics the reference refuses to move alone (a head count a named dim multiplies): moved with the dims
+    # that follow them, by the relations the task's other declared scales show
+    fixed = [it for it in items if it not in moved]
+    for it, changes_at in _tied_moves(task, base.scale, items, fixed):
+        sname = snames[[s.name for s in task.static].index(it.static)]
+        var = Var(sname, sname, "dim", it.value)
+        kept = []
+        for f in _DIM_FACTORS:
+            for changes in changes_at(it.value * f):
+                t = attempt(changes)
+                if aligned(t):
+                    kept.append(Probe(var, it.value * f, t))  # type: ignore[arg-type]
+                    break
+            if len(kept) == 2:
+                break
+        if kept:
+            taken.add(sname)
+            vars_.append(var)
             probes.extend(kept)
     # float statics: each its own variable
     for s, sname in zip(task.static, snames):
@@ -339,6 +360,83 @@ def _classes(group: list[_Item], moves: Any) -> list[list[_Item]]:
         out.append(found)
         rest = [r for r in rest if r not in found]
     return out
+
+
+#: at most this many combinations of the tied dims' candidate values are traced for one probe of a static
+_TIED_COMBOS = 16
+
+
+def _declared_values(task: Task, base_scale: str, items: list[_Item]) -> list[dict[_Item, int]]:
+    """The items' values at each of the task's other declared scales (judged or compile-only); only shapes and
+    statics are read, nothing is traced."""
+    from mk.errors import MkError
+
+    points = []
+    for name, sc in {**task.compile_only, **task.scales}.items():
+        if name == base_scale:
+            continue
+        try:
+            t = task.with_scales({name: sc})
+            shapes = t.shapes(name)
+            st = dict(zip((s.name for s in task.static), t.static_values(name)))
+            vals = {it: (st.get(it.static) if it.static is not None else shapes[it.axes[0][0]][it.axes[0][1]])
+                    for it in items}
+        except (MkError, IndexError):
+            continue
+        points.append({it: v for it, v in vals.items()
+                       if isinstance(v, int) and not isinstance(v, bool) and v > 0})
+    return points
+
+
+def _relations(dim: _Item, statics: list[_Item], base: dict[str, int], points: list[dict[_Item, int]]
+               ) -> list[Any]:
+    """Formulas over the statics (``s``, ``c * s``, ``s * t``, ``s + t``, ``s * (t + u)``) that give ``dim`` its
+    value at the base and at every declared scale; none without a declared scale to check them on."""
+    usable = [p for p in points if dim in p and all(s in p for s in statics)]
+    if not usable:
+        return []
+    names = [s.static for s in statics]
+    forms: list[Any] = []
+    for a in names:
+        forms.append(lambda e, a=a: e[a])
+        forms.extend(lambda e, a=a, c=c: c * e[a] for c in (2, 3, 4))
+    for a, b in itertools.combinations(names, 2):
+        forms.append(lambda e, a=a, b=b: e[a] * e[b])
+        forms.append(lambda e, a=a, b=b: e[a] + e[b])
+    for a in names:
+        for b, c in itertools.combinations([n for n in names if n != a], 2):
+            forms.append(lambda e, a=a, b=b, c=c: e[a] * (e[b] + e[c]))
+    envs = [(base, dim.value)] + [({s.static: p[s] for s in statics}, p[dim]) for p in usable]
+    return [f for f in forms if all(f(e) == want for e, want in envs)]
+
+
+def _tied_moves(task: Task, base_scale: str, items: list[_Item], fixed: list[_Item]) -> list[tuple[_Item, Any]]:
+    """For each int static among ``fixed`` (items no probe could move), ``(static, changes_at)``:
+    ``changes_at(value)`` yields the moves setting the static to ``value`` and every fixed dim to a value its
+    relations to the statics give there (the relations read from the task's other declared scales: at ``ci``
+    ``q_up_proj`` has ``num_heads * (qk_nope_head_dim + qk_rope_head_dim)`` columns because it has at ``full``)."""
+    tied_statics = [it for it in fixed if it.static is not None]
+    dims = [it for it in fixed if it.static is None]
+    if not tied_statics or not dims:
+        return []
+    points = _declared_values(task, base_scale, items)
+    base = {it.static: it.value for it in tied_statics}
+    rels = {d: _relations(d, tied_statics, base, points) for d in dims}
+    if not any(rels.values()):
+        return []
+
+    def changes_for(it: _Item) -> Any:
+        def changes_at(value: int) -> Iterable[dict[_Item, Any]]:
+            env = {**base, it.static: value}
+            options = []
+            for d in dims:
+                got = sorted({f(env) for f in rels[d]} - {d.value}) if rels[d] else []
+                options.append([v for v in got if v > 0] + [d.value])
+            for combo in itertools.islice(itertools.product(*options), _TIED_COMBOS):
+                yield {it: value, **{d: v for d, v in zip(dims, combo) if v != d.value}}
+        return changes_at
+
+    return [(it, changes_for(it)) for it in tied_statics]
 
 
 def _class_var(cls: list[_Item], names: list[str], snames: list[str], task: Task, taken: set[str]) -> Var:
@@ -573,3 +671,41 @@ def _fit_monomial(probes: Probes, deps: list[tuple[Var, list[int]]], vals: list[
         below = den[0] if len(den) == 1 else "(" + " * ".join(den) + ")"
         return f"({top} / {below})"
     return top if len(num) == 1 and c == 1 else f"({top})"
+
+
+#: ``g(sum)`` forms for a value that depends on several variables through their sum: (source, g, g's inverse)
+_SUM_FORMS = (
+    ("{s}", lambda s: s, lambda y: y),
+    ("(({s}) ** -0.5)", lambda s: s ** -0.5 if s > 0 else math.nan, lambda y: y ** -2 if y > 0 else math.nan),
+    ("(1.0 / ({s}))", lambda s: 1.0 / s if s else math.nan, lambda y: 1.0 / y if y else math.nan),
+)
+
+
+def _fit_sum(probes: Probes, deps: list[tuple[Var, list[int]]], vals: list[float], integer: bool,
+             tol: float) -> str | None:
+    """``g(a1 * x1 + a2 * x2 + ... + b)`` over the variables the values depend on: a head dim ``nope + rope``, a
+    score scale ``(nope + rope) ** -0.5``. A coefficient other than 1 needs two probes of its variable."""
+    for form, g, inverse in (_SUM_FORMS[:1] if integer else _SUM_FORMS):
+        ys = [inverse(v) for v in vals]
+        if not all(math.isfinite(y) for y in ys):
+            continue
+        terms = []
+        for var, ks in deps:
+            dx = float(probes.probes[ks[0] - 1].value) - float(var.value)
+            a = _nice((ys[ks[0]] - ys[0]) / dx, 8 * tol) if dx else 0
+            if a == 0 or (a != 1 and len(ks) < 2) or (integer and not (float(a).is_integer() and a > 0)):
+                break
+            terms.append((var, a))
+        else:
+            b = _nice(ys[0] - sum(a * float(v.value) for v, a in terms), 8 * tol, abs(ys[0]))
+            if integer and not float(b).is_integer():
+                continue
+            if not all(_close(g(sum(a * float(probes.env(k)[v.name]) for v, a in terms) + b), vals[k], tol)
+                       for k in range(len(vals))):
+                continue
+            parts = [v.name if a == 1 else f"{_lit(a, integer)} * {v.name}" for v, a in terms]
+            if b:
+                parts.append(_lit(b, integer))
+            total = " + ".join(parts).replace("+ -", "- ")
+            return form.format(s=total) if form != "{s}" else f"({total})"
+    return None

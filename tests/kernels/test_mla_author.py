@@ -49,6 +49,22 @@ def test_mla_core_fused_projections_as_matmuls(target):
         _check(task, prop, target)
 
 
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_written_at_ci_traces_at_full(target):
+    """Written at ci (full compile-only, as ``--scale ci`` leaves it), the program reads the head count and head dims
+    from its static arguments: it traces at 3p's full size (128 heads of 192) where the ci numbers (4 heads of 48)
+    once were baked in and the reshape failed."""
+    task = load_task("jaxbench:3p_MLA_Attention").only_scale("ci")
+    prop = mla.propose(task, trace_scales(task), target)[0]
+    assert "num_heads" in prop.source.split("def kernel(")[1].split("\n", 1)[1]
+    ns = {}
+    exec(compile(prop.source, "candidate", "exec"), ns)
+    full = load_task("jaxbench:3p_MLA_Attention")
+    want = jax.eval_shape(full.bind(full.reference, "full"), *full.arg_structs("full"))
+    got = jax.eval_shape(full.bind(lambda *a: ns["kernel"](*a), "full"), *full.arg_structs("full"))
+    assert got.shape == want.shape == (4, 2048, 7168) and got.dtype == want.dtype
+
+
 def _qkv_proj(x, wq, wk, wv):  # attention on computed q/k/v, full, (B, S, H, D) after a reshape
     b, s, e = x.shape
     q, k, v = ((x @ w).reshape(b, s, 2, -1) for w in (wq, wk, wv))
