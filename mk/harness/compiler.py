@@ -138,7 +138,9 @@ def gpu_kernels(dump: Path, arch: str) -> list[dict[str, Any]]:
     kernels: dict[str, dict[str, Any]] = {}
     for path in sorted(dump.glob("*thunk_sequence.txt")):
         for m in _THUNK.finditer(path.read_text(errors="replace")):
-            xla = m.group(1) == "kKernel" or re.search(r"fusion([._]\d+)?$", m.group(2)) is not None  # XLA's own fusions
+            # XLA's own fusions, and the lone ops it wraps as one (``wrapped_transpose``, emitted through Triton too)
+            xla = m.group(1) == "kKernel" or re.search(r"fusion([._]\d+)?$", m.group(2)) is not None \
+                or m.group(2).startswith("wrapped_")
             kernels[m.group(2)] = {"name": m.group(2), "kind": "xla" if xla else "pallas",
                                    "grid": _ints(m.group(3)), "threads": _ints(m.group(4)),
                                    "shared_memory_bytes": int(m.group(5))}

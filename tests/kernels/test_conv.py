@@ -133,9 +133,23 @@ def test_gpu_rows_and_channels_fitted_at_trace_time_match_reference(x_shape, w_s
     x, w, b = _inputs(x_shape, w_shape, jnp.float32, seed=5)
     s = len(x_shape) - 2
     out = tuple(cgpu._pow2(n - k + 1) for n, k in zip(x_shape[1:-1], w_shape[:s]))
-    assert cgpu._conv_rows(out, 16, max(16, cgpu._pow2(w_shape[-1])), itemsize=4, num_warps=num_warps,
-                           smem_bytes=smem)[0] < out[0]  # the rows are tiled
+    tile, _ = cgpu._conv_tile(out, 16, max(16, cgpu._pow2(w_shape[-1])), itemsize=4, num_warps=num_warps,
+                              smem_bytes=smem)
+    assert tile[0] < out[0]  # the pixels are tiled
     got = _run("gpu", lambda x, w, b: cgpu.conv_gpu(x, w, bias=b, num_warps=num_warps, smem_bytes=smem), x, w, b)
+    np.testing.assert_allclose(got, np.asarray(reference(x, w, bias=b)), atol=1e-4, rtol=1e-4)
+
+
+def test_gpu_tiles_split_the_next_spatial_axis_when_one_row_is_too_large():
+    """28k at full (a transposed 3-D conv, 32 x 64 x 64 output pixels): one row of the first axis was 4096
+    accumulator rows, 512 registers a thread, and H100's compile ran past 5 minutes; tiles now split the next axis
+    too. Here one (16 x 16)-pixel row is over a 16 KiB budget, so tiles are (1, 4, 16), 128 of them per sample."""
+    from mk.kernels.conv import gpu as cgpu
+
+    x, w, b = _inputs((2, 3, 17, 17, 16), (2, 2, 2, 16, 16), jnp.float32, seed=7)
+    tile, bc = cgpu._conv_tile((2, 16, 16), 16, 16, itemsize=4, num_warps=1, smem_bytes=16 << 10)
+    assert (tile, bc) == ((1, 4, 16), 16)
+    got = _run("gpu", lambda x, w, b: cgpu.conv_gpu(x, w, bias=b, num_warps=1, smem_bytes=16 << 10), x, w, b)
     np.testing.assert_allclose(got, np.asarray(reference(x, w, bias=b)), atol=1e-4, rtol=1e-4)
 
 

@@ -18,17 +18,17 @@ sizes.
 With a fused epilogue a whole sample lives in registers (the epilogue may
 reduce over it), so that suits the small and medium spatial sizes mk judges
 at; large images need a spatial tiling with cross-program statistics (not
-built). Without one (a bias at most) the output is also tiled along its first
-spatial axis: each program computes ``block_rows`` of those rows, chosen at
-trace time (`_conv_rows`) so the f32 accumulator stays within registers and
-Triton's block-element limit and its dot operands within ``smem_bytes`` (the
-chip's shared-memory budget); output channels are split too when even one row
-is too wide. Self-contained (jax only): mk's offline author copies
+built). Without one (a bias at most) the output is tiled over its spatial
+axes, the leading ones first (a 3-D output of (32, 64, 64) pixels becomes
+tiles of (1, 16, 64)): each program computes one tile, chosen at trace time
+(`_conv_tile`) so the f32 accumulator stays within registers and Triton's
+block-element limit and its dot operands within ``smem_bytes`` (the chip's
+shared-memory budget); output channels are split too when even the smallest
+tile is too wide. Self-contained (jax only): mk's offline author copies
 it verbatim into the kernels it writes.
 """
 
 import functools
-import itertools
 import math
 
 import jax
@@ -56,36 +56,53 @@ def _pad_grouped(a, axis, groups, size, padded_groups):
     return out.reshape(a.shape[:axis] + (padded_groups * _pow2(size),) + a.shape[axis + 1:])
 
 
-def _conv_rows(out_spatial, cin_p, bc, *, itemsize, num_warps, smem_bytes):
-    """(rows of the first output axis per program, output channels per program): the most rows (a power of two) whose
-    f32 (rows * prod(rest), bc) accumulator needs at most 128 registers a thread, and whose dot operands (the shifted
-    input tile and the weight tile, twice for Triton's buffers) fit ``smem_bytes``; at least 16 accumulator rows
-    (Triton's smallest dot); the channel block halved (not below 16) while one row is still too large."""
-    rest = math.prod(out_spatial[1:])
-    least = min(out_spatial[0], _pow2(-(-16 // rest)))
+def _conv_tile(out_spatial, cin_p, bc, *, itemsize, num_warps, smem_bytes):
+    """(the output tile per program, output channels per program): the largest tile (powers of two, the leading
+    spatial axes split first, down to one row of them before the next is split) whose f32 (prod(tile), bc)
+    accumulator needs at most 64 registers a thread (a float32 dot at HIGHEST is an FMA sequence whose operands
+    take registers too: at 128, 28k's tiles spilled on H100), and whose dot operands (the shifted input tile and the weight
+    tile, twice for Triton's buffers) fit ``smem_bytes``; at least 16 accumulator rows (Triton's smallest dot); the
+    channel block halved (not below 16) while even the smallest tile is too large."""
+    least = min(16, math.prod(out_spatial))
 
-    def fits(th, c):
-        rows = th * rest
-        return rows * c <= 4096 * num_warps and 2 * (rows * cin_p + cin_p * c) * itemsize <= smem_bytes
+    def fits(tile, c):
+        rows = math.prod(tile)
+        return rows * c <= 2048 * num_warps and 2 * (rows * cin_p + cin_p * c) * itemsize <= smem_bytes
 
-    while bc > 16 and not fits(least, bc):
+    def shrink(tile, c):
+        tile = list(tile)
+        for a in range(len(tile)):
+            while tile[a] > 1 and math.prod(tile) // 2 >= least and not fits(tile, c):
+                tile[a] //= 2
+        return tuple(tile)
+
+    while bc > 16 and not fits(shrink(out_spatial, bc), bc):
         bc //= 2
-    th = out_spatial[0]
-    while th > least and not fits(th, bc):
-        th //= 2
-    return th, bc
+    return shrink(out_spatial, bc), bc
 
 
-def _conv_gpu_kernel(x_ref, w_ref, *refs, out_spatial, window, n_params, epilogue, precision):
+def _tile_index(r, counts):
+    """``r``'s coordinates in a row-major grid of ``counts`` (a program's tile, a window offset); 0 along axes of 1."""
+    idx = []
+    for n in reversed(counts):  # lax's C-style rem and div: r >= 0 here, and Triton lowers jnp's % and // badly
+        idx.insert(0, 0 if n == 1 else lax.rem(r, n))
+        r = r if n == 1 else lax.div(r, n)
+    return tuple(idx)
+
+
+def _conv_gpu_kernel(x_ref, w_ref, *refs, out_spatial, counts, window, n_params, epilogue, precision):
     p_refs, o_ref = refs[:n_params], refs[n_params]
     rows, cin = math.prod(out_spatial), x_ref.shape[-1]
-    row0 = pl.program_id(2) * out_spatial[0]  # this program's first output row (its rows when tiled)
-    acc = jnp.zeros((rows, w_ref.shape[-1]), jnp.float32)
-    for off in itertools.product(*(range(k) for k in window)):
-        starts = (row0 + off[0], *off[1:])
+    firsts = [i * n for i, n in zip(_tile_index(pl.program_id(2), counts), out_spatial)]  # this tile's first pixel
+
+    def step(t, acc):  # one window offset: a loop, not unrolled (a float32 dot is a long FMA sequence on Triton)
+        off = _tile_index(t, window)
+        starts = tuple(f + o for f, o in zip(firsts, off))
         xs = x_ref[(0, *(pl.ds(o, n) for o, n in zip(starts, out_spatial)), slice(None))]
-        acc += lax.dot_general(xs.reshape(rows, cin), w_ref[off], (((1,), (0,)), ((), ())), precision=precision,
-                               preferred_element_type=jnp.float32)
+        return acc + lax.dot_general(xs.reshape(rows, cin), w_ref[off], (((1,), (0,)), ((), ())),
+                                     precision=precision, preferred_element_type=jnp.float32)
+
+    acc = lax.fori_loop(0, math.prod(window), step, jnp.zeros((rows, w_ref.shape[-1]), jnp.float32))
     out = epilogue(acc.reshape((1, *out_spatial, acc.shape[-1])), *(p[...] for p in p_refs))
     o_ref[...] = out.reshape(o_ref.shape).astype(o_ref.dtype)
 
@@ -130,14 +147,14 @@ def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, channel
         bc = min(cout_p, _pow2(block_cout or cout_p))
         if bc < 16:
             raise ValueError(f"block_cout={block_cout} must be at least 16 (Triton's smallest dot)")
-        block_rows, bc = _conv_rows(out_spatial, cin_p, bc, itemsize=x.dtype.itemsize, num_warps=num_warps,
-                                    smem_bytes=smem_bytes)
+        tiled, bc = _conv_tile(out_spatial, cin_p, bc, itemsize=x.dtype.itemsize, num_warps=num_warps,
+                               smem_bytes=smem_bytes)
         if bias is not None:
             params, epilogue = (_pad_axes(bias.reshape(1, cout), (1, cout_p)),), _bias_epilogue
         else:
             params, epilogue = (), lambda tile: tile
         true = jax.ShapeDtypeStruct((1, *out_true, cout), x.dtype)
-        padded = jax.ShapeDtypeStruct((1, block_rows, *out_spatial[1:], bc), x.dtype)
+        padded = jax.ShapeDtypeStruct((1, *tiled, bc), x.dtype)
         p_specs = [pl.BlockSpec((1, bc), lambda n, c, r: (0, c)) for _ in params]
         grid_c = cout_p // bc
     else:
@@ -154,16 +171,16 @@ def conv_gpu(x, w, *params, epilogue=None, bias=None, channel_axes=None, channel
             true = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_true, cout_p), jnp.float32), *params)
         padded = jax.eval_shape(epilogue, jax.ShapeDtypeStruct((1, *out_spatial, cout_p), jnp.float32), *params)
         p_specs = [pl.BlockSpec(p.shape, functools.partial(lambda nd, n, c, r: (0,) * nd, p.ndim)) for p in params]
-        bc, grid_c, block_rows = cout_p, 1, out_spatial[0]
-    tiled = (block_rows, *out_spatial[1:])
-    grid_r = out_spatial[0] // block_rows
+        bc, grid_c, tiled = cout_p, 1, out_spatial
+    counts = tuple(o // t for o, t in zip(out_spatial, tiled))
+    grid_r = math.prod(counts)
     out_block = (1, 1, *padded.shape[1:])
-    if grid_r > 1:  # rows tiled (only without a fused epilogue): the output (N, C/bc, *Op, bc)
-        out_spec = pl.BlockSpec(out_block, lambda n, c, r: (n, c, r) + (0,) * (len(out_block) - 3))
+    if grid_r > 1:  # pixels tiled (only without a fused epilogue): the output (N, C/bc, *Op, bc)
+        out_spec = pl.BlockSpec(out_block, lambda n, c, r: (n, c, *_tile_index(r, counts), 0))
     else:
         out_spec = pl.BlockSpec(out_block, lambda n, c, r: (n, c) + (0,) * (len(out_block) - 2))
     result = pl.pallas_call(
-        functools.partial(_conv_gpu_kernel, out_spatial=tiled, window=window, n_params=len(params),
+        functools.partial(_conv_gpu_kernel, out_spatial=tiled, counts=counts, window=window, n_params=len(params),
                           epilogue=epilogue, precision=precision),
         grid=(batch, grid_c, grid_r),
         in_specs=[pl.BlockSpec((1, *x.shape[1:]), lambda n, c, r: (n,) + (0,) * (s + 1)),
