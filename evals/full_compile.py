@@ -1,8 +1,10 @@
 """Full-scale compile table: mk's offline kernels, written at ``ci`` as the quick start writes them, compiled at each
 task's ``full`` size for real chips by their own compilers, without the chips.
 
-    python -m evals.full_compile                                  # 50 JaxBench tasks, tpu -> v6e v5e, gpu -> h100
+    python -m evals.full_compile                                  # 50 JaxBench tasks and the examples
     python -m evals.full_compile --tasks 12p,18k --chips v6e h100 --out /tmp/fc
+    python -m evals.full_compile --suites examples                # the example task files only (tpu -> v6e v5e,
+                                                                  # gpu -> h100 by default)
 
 For each task and target (``tpu``: the TPU chips given; ``gpu``: the GPU chips) the offline author proposes its
 candidates for the task restricted to ``ci``; each candidate is exported at ``full`` exactly as the judge's tracer
@@ -29,7 +31,37 @@ from typing import Any
 
 log = logging.getLogger("evals.full_compile")
 RESULTS = Path(__file__).resolve().parent / "results"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DEFAULT_CHIPS = ("v6e", "v5e", "h100")
+
+
+def task_ids(suites: list[str]) -> list[str]:
+    """``jaxbench:<id>`` for the built-in suite, ``examples:<name>`` for each example task file (a file that is not
+    a task, such as ``optimize_in_code.py``, is left out)."""
+    from mk.errors import TaskError
+    from mk.loaders import load_task
+    from mk.suite import list_builtin
+
+    ids: list[str] = []
+    for suite in suites:
+        if suite == "examples":
+            for path in sorted(EXAMPLES.glob("*.py")):
+                try:
+                    load_task(path)
+                except TaskError:
+                    continue
+                ids.append(f"examples:{path.stem}")
+        else:
+            ids += list_builtin(suite)
+    return ids
+
+
+def load(task_id: str) -> Any:
+    from mk.loaders import load_task
+    from mk.suite import load_builtin
+
+    suite, _, name = task_id.partition(":")
+    return load_task(EXAMPLES / f"{name}.py") if suite == "examples" else load_builtin(task_id)
 
 
 def export_at(task: Any, source: str, target: str, chip: str, scale: str) -> bytes:
@@ -63,9 +95,8 @@ def check_task(task_id: str, chips_by_target: dict[str, list[str]], scale: str) 
     from mk.chips import get_chip
     from mk.harness import chipcheck
     from mk.harness.process import default_memory_limit_mb
-    from mk.suite import load_builtin
 
-    task = load_builtin(task_id)
+    task = load(task_id)
     row: dict[str, Any] = {"task": task_id, "targets": {}}
     if scale not in task.scales:
         row["error"] = f"the task declares no {scale!r} scale"
@@ -115,9 +146,12 @@ def render(report: dict[str, Any]) -> str:
              f"writes them), exported at `{report['scale']}` and compiled for each chip without the chip. Numerical "
              "correctness is judged elsewhere (`evals/results/coverage.md`); this table is whether the chip's "
              "compiler accepts the kernel at the task's own size, with its figures.", ""]
-    totals = {c: sum(1 for r in report["rows"] for t in r.get("targets", {}).values() if t.get("covered", {}).get(c))
-              for c in chips}
-    lines.append("Tasks with a proposal that compiles at full: " + ", ".join(f"{c} {totals[c]}/{len(report['rows'])}" for c in chips))
+    for suite in dict.fromkeys(r["task"].partition(":")[0] for r in report["rows"]):
+        rows = [r for r in report["rows"] if r["task"].partition(":")[0] == suite]
+        totals = {c: sum(1 for r in rows for t in r.get("targets", {}).values() if t.get("covered", {}).get(c))
+                  for c in chips}
+        lines.append(f"{suite} tasks with a proposal that compiles at full: "
+                     + ", ".join(f"{c} {totals[c]}/{len(rows)}" for c in chips) + "  ")
     lines += ["", "| task | " + " | ".join(chips) + " |", "|---|" + "---|" * len(chips)]
     for r in report["rows"]:
         cells = []
@@ -155,7 +189,8 @@ def _short(text: str, n: int = 160) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m evals.full_compile", description=__doc__.split("\n\n")[0])
-    p.add_argument("--tasks", default=None, help="comma-separated JaxBench ids or prefixes (default: all 50)")
+    p.add_argument("--tasks", default=None, help="comma-separated task ids or prefixes (default: all of the suites)")
+    p.add_argument("--suites", default="jaxbench,examples", help="comma-separated: jaxbench, examples")
     p.add_argument("--chips", nargs="+", default=list(DEFAULT_CHIPS))
     p.add_argument("--scale", default="full")
     p.add_argument("--out", default=str(RESULTS))
@@ -166,13 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from mk.chips import get_chip
     from mk.harness.compiler import versions
-    from mk.suite import list_builtin
 
     chips_by_target: dict[str, list[str]] = {}
     for name in args.chips:
         chip = get_chip(name)
         chips_by_target.setdefault(chip.kind, []).append(chip.name)
-    ids = list_builtin()
+    ids = task_ids([x.strip() for x in args.suites.split(",") if x.strip()])
     if args.tasks:
         wanted = [t.strip() for t in args.tasks.split(",") if t.strip()]
         ids = [i for i in ids if any(i.split(":")[-1] == w or i.split(":")[-1].startswith(w + "_") or i == w for w in wanted)]

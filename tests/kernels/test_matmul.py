@@ -225,3 +225,15 @@ def test_whole_rows_of_8192_compile_for_h100(transpose_w, precision):
                             jax.ShapeDtypeStruct((n, k) if transpose_w else (k, n), jnp.float32),
                             jax.ShapeDtypeStruct((n,), jnp.float32)))
     assert len(kernels) == 2, kernels
+
+
+@needs_cuda
+def test_float32_default_for_h100_compiles_without_spills():
+    """matmul_gelu's full size (4096^3, float32, HIGHEST: an FMA dot on Triton): the default once asked for 64x128x64
+    blocks, 255 registers and about 4 KB of spills per thread on H100; it now bounds the registers of the
+    accumulator and both operand slices."""
+    m = k = n = 4096
+    cfg = default("h100", Shapes(m, n, k, itemsize=4))
+    assert cfg.block_m * cfg.block_n + (cfg.block_m + cfg.block_n) * cfg.block_k <= 112 * 32 * cfg.num_warps
+    f = lambda x, w: kmm.matmul_gpu(x, w, precision=jax.lax.Precision.HIGHEST, **cfg.kwargs("gpu"))  # noqa: E731
+    fits(compiled(f, jax.ShapeDtypeStruct((m, k), jnp.float32), jax.ShapeDtypeStruct((k, n), jnp.float32)))

@@ -107,7 +107,8 @@ def _gpu_bytes(s: Shapes, bm: int, bn: int, bk: int, stages: int) -> int:
 
 def default(chip: str, shapes: Shapes, splitk: bool = False) -> Config:
     """A tiling for ``chip`` (data/hardware.json): the largest point of :func:`space` whose working set fits the
-    VMEM budget (TPU, `validate.vmem_budget`) or its shared memory per SM (GPU, with ``num_stages`` buffers)."""
+    VMEM budget (TPU, `validate.vmem_budget`) or its shared memory per SM (GPU, with ``num_stages`` buffers) and,
+    for float32 operands, registers (:func:`_gpu_registers_fit`)."""
     spec = get_spec(chip)
     target = "tpu" if spec.kind == "tpu" else "gpu"
     sp = space(target, shapes, splitk)
@@ -117,10 +118,20 @@ def default(chip: str, shapes: Shapes, splitk: bool = False) -> Config:
         fits = lambda bm, bn, bk: _tpu_bytes(shapes, bm, bn, bk) <= budget  # noqa: E731
     else:
         budget = spec.shared_mem_per_sm_bytes or 96 << 10
-        fits = lambda bm, bn, bk: _gpu_bytes(shapes, bm, bn, bk, base.num_stages) <= budget  # noqa: E731
+        fits = lambda bm, bn, bk: (_gpu_bytes(shapes, bm, bn, bk, base.num_stages) <= budget  # noqa: E731
+                                   and _gpu_registers_fit(shapes, bm, bn, bk, base.num_warps))
     bns = sp.get("block_n", [base.block_n])
     best = (sp["block_m"][0], bns[0], sp["block_k"][0])
     for bm, bn, bk in itertools.product(sp["block_m"], bns, sp["block_k"]):
         if fits(bm, bn, bk) and (bm * bn * bk, bm, bn) >= (best[0] * best[1] * best[2], best[0], best[1]):
             best = (bm, bn, bk)
     return Config(block_m=best[0], block_n=best[1], block_k=best[2])
+
+
+def _gpu_registers_fit(s: Shapes, bm: int, bn: int, bk: int, num_warps: int) -> bool:
+    """A float32 dot at HIGHEST is an FMA sequence on Triton (no tensor cores) with its operand slices in registers:
+    the accumulator and both slices at most 112 float32 values a thread. Measured for H100 at 4096^3 (f32, HIGHEST,
+    4 warps unless said): 128x128x64 (256 a thread) 255 registers and 4,928 B of spill stores, 64x128x64 (160) 255 and
+    1,852 B; 128x64x32 and 64x128x32 (112) 164 and 167, 128x128x32 with 8 warps (96) 151, none spilling. 16-bit
+    operands run on tensor cores: shared memory bounds them."""
+    return s.itemsize < 4 or bm * bn + bm * bk + bk * bn <= 112 * 32 * num_warps
