@@ -68,7 +68,10 @@ def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db:
             for r in res_rows:
                 rows.append({"suite": suite, "task": r.task, "target": target, "covered": r.correct, "status": r.status,
                              "candidates": r.candidates, "best": r.best, "compiled": bool(r.compiled), "reason": "" if r.correct else r.reason,
-                             "seconds": round(r.seconds, 2)})
+                             "seconds": round(r.seconds, 2),
+                             # every proposal's own verdict (a correct one other than the best may be the one a chip
+                             # compiles at full: evals/full_scale.py joins them)
+                             "judged": {s.name: s.status for s in r.progress}})
             tot = totals.setdefault(target, {"tasks": 0, "covered": 0, "compiled": 0})
             covered = sum(bool(r.correct) for r in res_rows)
             tot["tasks"] += len(res_rows)
