@@ -146,7 +146,8 @@ def _result(chip: Chip, scale: str, reply: dict[str, Any], version: str) -> Comp
     return CompileResult(chip=chip.name, scale=scale, ok=bool(reply.get("ok")), seconds=float(reply.get("seconds") or 0.0),
                          error="" if reply.get("ok") else summarize_error(str(reply.get("error", "unknown error"))),
                          kernels=kernels, code_bytes=reply.get("code_bytes"), temp_bytes=reply.get("temp_bytes"),
-                         limits=chip.limits(), compiler=version)
+                         limits=chip.limits(), compiler=version, xla_estimated_cycles=reply.get("xla_estimated_cycles"),
+                         bytes_accessed=reply.get("bytes_accessed"), io_bytes=reply.get("io_bytes"))
 
 
 #: the lines of a compiler error that say which limit, which buffer and how many bytes

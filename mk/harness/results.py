@@ -97,6 +97,8 @@ class KernelFigures(BaseModel):
     stack_bytes: Optional[int] = None
     grid: list[int] = Field(default_factory=list)
     threads: list[int] = Field(default_factory=list)
+    #: TPU: libtpu's static schedule of the kernel, in cycles. An ESTIMATE of the compiler's, not a measurement
+    estimated_cycles: Optional[int] = None
 
 
 class CompileResult(BaseModel):
@@ -119,6 +121,12 @@ class CompileResult(BaseModel):
     limits: dict[str, int] = Field(default_factory=dict)
     #: the compilers' versions (the cache key's too)
     compiler: str = ""
+    #: TPU: libtpu's static schedule of the program's XLA fusions and copies outside the Pallas kernels (an estimate)
+    xla_estimated_cycles: Optional[int] = None
+    #: XLA's count of the bytes the program reads and writes in HBM (None where XLA cannot count a Pallas kernel's)
+    bytes_accessed: Optional[float] = None
+    #: the program's arguments and results, in bytes: what any implementation moves at least once
+    io_bytes: Optional[int] = None
 
     @property
     def spill_bytes(self) -> int:
@@ -134,7 +142,9 @@ class CompileResult(BaseModel):
                 continue
             if k.scoped_vmem_bytes is not None:
                 limit = self.limits.get("scoped_vmem_bytes")
-                parts.append(f"{k.name} {_mib(k.scoped_vmem_bytes)} VMEM" + (f" of {_mib(limit)}" if limit else ""))
+                parts.append(f"{k.name} {_mib(k.scoped_vmem_bytes)} VMEM" + (f" of {_mib(limit)}" if limit else "")
+                             + (f", {k.estimated_cycles:,} cycles estimated by libtpu's static schedule"
+                                if k.estimated_cycles is not None else ""))
             elif k.shared_memory_bytes is not None:
                 limit = self.limits.get("shared_memory_per_block_bytes")
                 spill = (k.spill_store_bytes or 0) + (k.spill_load_bytes or 0)
