@@ -201,6 +201,53 @@ def test_without_another_declared_scale_tied_statics_stay_fixed():
     assert not {"num_heads", "head_dim"} & {p.var.name for p in probes.probes}
 
 
+def test_a_product_that_is_linear_along_each_probe_is_not_written_as_a_line():
+    """A reviewer's case: ``pad(x, 1 column).reshape(-1)`` has B * (S + 1) elements, a straight line along each
+    one-variable probe; a line through them (9 * B + 4 * S - 32) is wrong where both move, so no expression is
+    written and the size stays unexplained (the template declines), as before sums were fitted."""
+    task = Task("pad", lambda x: jnp.pad(x, ((0, 0), (1, 0))).reshape(-1) * 2.0, (ArgSpec("x", ("B", "S"), "float32"),),
+                {"ci": Scale("ci", {"B": 4, "S": 8})})
+    t0 = trace_scales(task)[0]
+    probes = probe(task, t0)
+    from mk.author.probe import _flat_eqns
+
+    reshape = next(e for e in _flat_eqns(t0.jaxpr.jaxpr) if e.primitive.name == "reshape")
+    with pytest.raises(ValueError, match="not a function"):
+        probes.shape([p.outvars[0].aval.shape for p in probes.peers(reshape)])
+
+
+def _nope_minus_rope(x, w, num_heads, nope, rope):
+    b, s, _ = x.shape
+    h = (x @ w).reshape(b, s, num_heads, nope + rope)
+    return jnp.concatenate([h[..., nope:], jnp.zeros((b, s, num_heads, nope - rope), h.dtype)], -1)
+
+
+def test_a_size_the_tied_statics_give_through_no_known_form_keeps_its_number():
+    """A reviewer's case: ``nope - rope`` zeros, where ``rope``'s probe at twice its size empties them: a value that
+    depends only on statics probed with their dims, through no form the fit knows, is written as its number (as
+    before those statics were probed) instead of making the template decline."""
+    full = Scale("full", {"B": 2, "S": 16, "E": 32, "HD": 192}, static={"num_heads": 8, "nope": 16, "rope": 8})
+    task = dataclasses.replace(
+        Task("nmr", _nope_minus_rope, (ArgSpec("x", ("B", "S", "E"), "float32"), ArgSpec("w", ("E", "HD"), "float32")),
+             {"ci": Scale("ci", {"B": 1, "S": 8, "E": 16, "HD": 48})},
+             static=(StaticArg("num_heads", 4), StaticArg("nope", 8), StaticArg("rope", 4))),
+        compile_only={"full": full})
+    t0 = trace_scales(task)[0]
+    probes = probe(task, t0)
+    from mk.author.probe import _flat_eqns
+
+    for e in _flat_eqns(t0.jaxpr.jaxpr):
+        probes.shape([p.outvars[0].aval.shape for p in probes.peers(e)])  # no size is left unexplained
+
+
+def test_a_malformed_declared_scale_shows_no_relation():
+    full = Scale("full", shapes=((2, 16, None), (32, 128)), static={"num_heads": 8, "head_dim": 16})
+    task = dataclasses.replace(_heads_task({"ci": Scale("ci", {"B": 1, "S": 8, "E": 16, "HD": 32})}),
+                               compile_only={"full": full})
+    probes = probe(task, trace_scales(task)[0])
+    assert not {"num_heads", "head_dim"} & {p.var.name for p in probes.probes}
+
+
 def test_kernels_are_named_like_the_reference_and_carry_no_template_leftovers():
     specs = [("rmsnorm.py", "tpu"), ("matmul_gelu.py", "gpu"), ("attention.py", "tpu"),
              ("jaxbench:45k_Gemm_GroupNorm_Swish_Multiply_Swish", "tpu"), ("jaxbench:13p_Cross_Entropy", "tpu"),

@@ -126,6 +126,9 @@ class Probes:
     vars: list[Var]
     probes: list[Probe]
     opaque: list[str] = field(default_factory=list)  # variables whose probes the reference refused or restructured
+    #: statics probed with the dims that follow them (:func:`_tied_moves`): a value that depends on them through
+    #: no form :meth:`fit` knows is written as its number, as before they were probed
+    tied: list[str] = field(default_factory=list)
     _peers: dict[int, list[Any]] | None = None
     _lits: dict[int, list[Any]] | None = None
 
@@ -190,7 +193,12 @@ class Probes:
             got = _fit_one(var, points, integer, tol)
             if got is not None:
                 return got
-        return _fit_monomial(self, deps, vals, integer, tol) or _fit_sum(self, deps, vals, integer, tol)
+        got = _fit_monomial(self, deps, vals, integer, tol) or _fit_sum(self, deps, vals, integer, tol)
+        if got is None and all(var.name in self.tied for var, _ in deps) and math.isfinite(y0):
+            log.info("task %s: %r depends on %s through no known form: written as its number", self.task.name,
+                     values[0], ", ".join(var.name for var, _ in deps))
+            return str(int(y0)) if integer and float(y0).is_integer() else repr(float(y0))
+        return got
 
     def literal_expr(self, lit: Any) -> str | None:
         """The expression a literal of the base jaxpr stands for, or None when it is a plain number."""
@@ -275,6 +283,7 @@ def probe(task: Task, base: Traced) -> Probes:
     # int statics the reference refuses to move alone (a head count a named dim multiplies): moved with the dims
     # that follow them, by the relations the task's other declared scales show
     fixed = [it for it in items if it not in moved]
+    tied: list[str] = []
     for it, changes_at in _tied_moves(task, base.scale, items, fixed):
         sname = snames[[s.name for s in task.static].index(it.static)]
         var = Var(sname, sname, "dim", it.value)
@@ -290,6 +299,7 @@ def probe(task: Task, base: Traced) -> Probes:
         if kept:
             taken.add(sname)
             vars_.append(var)
+            tied.append(sname)
             probes.extend(kept)
     # float statics: each its own variable
     for s, sname in zip(task.static, snames):
@@ -310,7 +320,7 @@ def probe(task: Task, base: Traced) -> Probes:
         probes.extend(kept)
     if opaque:
         log.info("task %s: probes of %s were refused or changed the computation's structure", task.name, ", ".join(opaque))
-    return Probes(task, base, vars_, probes, opaque)
+    return Probes(task, base, vars_, probes, opaque, tied=tied)
 
 
 def _items(task: Task, scale: Scale, shapes: list[tuple[int, ...]], statics: dict[str, Any]) -> list[_Item]:
@@ -381,7 +391,7 @@ def _declared_values(task: Task, base_scale: str, items: list[_Item]) -> list[di
             st = dict(zip((s.name for s in task.static), t.static_values(name)))
             vals = {it: (st.get(it.static) if it.static is not None else shapes[it.axes[0][0]][it.axes[0][1]])
                     for it in items}
-        except (MkError, IndexError):
+        except (MkError, IndexError, TypeError, ValueError):  # a malformed declared scale shows no relation
             continue
         points.append({it: v for it, v in vals.items()
                        if isinstance(v, int) and not isinstance(v, bool) and v > 0})
@@ -683,8 +693,10 @@ _SUM_FORMS = (
 
 def _fit_sum(probes: Probes, deps: list[tuple[Var, list[int]]], vals: list[float], integer: bool,
              tol: float) -> str | None:
-    """``g(a1 * x1 + a2 * x2 + ... + b)`` over the variables the values depend on: a head dim ``nope + rope``, a
-    score scale ``(nope + rope) ** -0.5``. A coefficient other than 1 needs two probes of its variable."""
+    """``g(x1 + x2 - x3 ...)`` over the variables the values depend on: a head dim ``nope + rope``, a score scale
+    ``(nope + rope) ** -0.5``. Only coefficients of +-1 and no constant: each probe moves one variable, and along
+    one variable a product (``B * (S + 1)``, ``h * (nope + rope)``) is a straight line too, so any other line that
+    fits the probes may still be wrong where two variables move at once."""
     for form, g, inverse in (_SUM_FORMS[:1] if integer else _SUM_FORMS):
         ys = [inverse(v) for v in vals]
         if not all(math.isfinite(y) for y in ys):
@@ -693,19 +705,16 @@ def _fit_sum(probes: Probes, deps: list[tuple[Var, list[int]]], vals: list[float
         for var, ks in deps:
             dx = float(probes.probes[ks[0] - 1].value) - float(var.value)
             a = _nice((ys[ks[0]] - ys[0]) / dx, 8 * tol) if dx else 0
-            if a == 0 or (a != 1 and len(ks) < 2) or (integer and not (float(a).is_integer() and a > 0)):
+            if a not in (1, -1):  # along one variable a product is a line too (h * (n + r)): only +-x is trusted
                 break
             terms.append((var, a))
         else:
             b = _nice(ys[0] - sum(a * float(v.value) for v, a in terms), 8 * tol, abs(ys[0]))
-            if integer and not float(b).is_integer():
+            if b != 0:
                 continue
             if not all(_close(g(sum(a * float(probes.env(k)[v.name]) for v, a in terms) + b), vals[k], tol)
                        for k in range(len(vals))):
                 continue
-            parts = [v.name if a == 1 else f"{_lit(a, integer)} * {v.name}" for v, a in terms]
-            if b:
-                parts.append(_lit(b, integer))
-            total = " + ".join(parts).replace("+ -", "- ")
+            total = " ".join(("+ " if a == 1 else "- ") + v.name for v, a in terms).removeprefix("+ ")
             return form.format(s=total) if form != "{s}" else f"({total})"
     return None
