@@ -62,6 +62,28 @@ def lowered_only(chip: Chip) -> str | None:
         if missing else None
 
 
+def compile_function(fn: Any, *structs: Any, chip: str, scale: str = "program") -> CompileResult:
+    """``jax.jit(fn)`` at ``structs`` exported for ``chip``'s platform as the judge's tracer exports a target program
+    (lowered assuming the chip) and compiled by the compile worker, every refusal a result: for mk's own kernels
+    and evals (this process runs ``fn``: never a candidate's code)."""
+    import jax
+    from jax import export
+
+    from mk.chips import get_chip
+    from mk.harness.process import default_memory_limit_mb
+    from mk.targets import get_target
+
+    spec = get_chip(chip)
+    tgt = get_target(spec.kind)
+    checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(tgt.kernel_calls)]
+    with tgt.lowering_context(spec.name):
+        blob = export.export(jax.jit(fn), platforms=[tgt.platform], disabled_checks=checks)(*structs).serialize()
+    results, flags = compile_scales(spec, {scale: blob}, set(), memory_mb=default_memory_limit_mb(), strict=False)
+    if not results:
+        raise CompileRefused("timeout", (flags or ["the compile did not finish"])[-1])
+    return results[0]
+
+
 def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, memory_mb: int,
                    deadline_s: float = COMPILE_S, no_spills: bool = False, strict: bool = True,
                    unflagged: frozenset[str] | set[str] = frozenset()) -> tuple[list[CompileResult], list[str]]:

@@ -10,9 +10,7 @@ using them are skipped where the compiler is not installed (``mk[aot]``)."""
 
 from __future__ import annotations
 
-import jax
 import pytest
-from jax import export
 
 from mk import chips
 from mk.harness.results import CompileResult
@@ -23,17 +21,8 @@ needs_libtpu = pytest.mark.skipif(chips.compiler_missing("tpu") is not None, rea
 
 def compiled(fn, *structs, chip: str = "h100") -> CompileResult:
     from mk.harness import chipcheck
-    from mk.harness.process import default_memory_limit_mb
-    from mk.targets import get_target
 
-    tgt = get_target(chips.get_chip(chip).kind)
-    checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(tgt.kernel_calls)]
-    with tgt.lowering_context(chip):
-        blob = export.export(jax.jit(fn), platforms=[tgt.platform], disabled_checks=checks)(*structs).serialize()
-    results, _ = chipcheck.compile_scales(chips.get_chip(chip), {"test": blob}, set(),
-                                          memory_mb=default_memory_limit_mb(), strict=False)
-    assert results, "the compile did not finish"
-    return results[0]
+    return chipcheck.compile_function(fn, *structs, chip=chip, scale="test")
 
 
 def fits(result: CompileResult) -> list:
