@@ -92,6 +92,15 @@ def check_chip(chip: str) -> dict[str, Any]:
     return {"chip": chip, "cases": cases}
 
 
+def _checked(chip: str) -> dict[str, Any]:
+    from mk.harness.chipcheck import CompileRefused
+
+    try:
+        return check_chip(chip)
+    except (CompileRefused, RuntimeError) as exc:  # a chip whose compiler fails here: a row that says so
+        return {"chip": chip, "cases": [], "error": f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:300]}
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [f"# Static-schedule estimate sanity ({report['date']})", "",
              f"Command: `{report['command']}`  ", f"Compiler: {report['compiler']}", "",
@@ -99,6 +108,8 @@ def render(report: dict[str, Any]) -> str:
              "nothing ran on a TPU. The expectations (in `evals/estimate_sanity.py`) were written before the first run.",
              "", "| chip | case | estimate | ratio | expectation held |", "|---|---|---|---|---|"]
     for chip in report["chips"]:
+        if chip.get("error"):
+            lines.append(f"| {chip['chip']} | — | not compiled: {chip['error']} | | |")
         for c in chip["cases"]:
             value = c["value"]
             if isinstance(value, dict):
@@ -120,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from mk.harness.compiler import versions
 
-    report = {"command": "python -m evals.estimate_sanity " + shlex.join(sys.argv[1:] if argv is None else argv),
+    report = {"command": ("python -m evals.estimate_sanity " + shlex.join(sys.argv[1:] if argv is None else argv)).strip(),
               "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "compiler": versions("tpu"),
-              "chips": [check_chip(chip) for chip in args.chips]}
+              "chips": [_checked(chip) for chip in args.chips]}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "estimate_sanity.json").write_text(json.dumps(report, indent=2) + "\n")

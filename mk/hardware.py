@@ -86,6 +86,8 @@ class HardwareSpec(BaseModel):
     mxu_size: int | None = None
     mxus_per_core: int | None = None
     jax_devices_per_chip: int = 1
+    #: TPU: the cycle rate mk's speed estimate assumes for libtpu's static-schedule cycles (see data/hardware.json)
+    static_schedule_hz: float | None = None
     #: how mk compiles for this chip without it (see :mod:`mk.chips`); empty where it cannot
     compile: dict[str, Any] = Field(default_factory=dict)
     approximate: bool = False

@@ -404,3 +404,19 @@ def test_tpu_compiles_record_libtpus_static_schedule_as_an_estimate():
     assert large.io_bytes == 2 * 8192 * 1024 * 4 and large.xla_estimated_cycles is None
     xla = compiled(lambda x: x * 2.0 + 1.0, x, chip="v6e")
     assert not xla.kernels and xla.xla_estimated_cycles > 0 and xla.bytes_accessed == xla.io_bytes
+
+
+@needs_libtpu
+def test_without_the_device_a_tpu_verdict_carries_the_compilers_estimate_labelled_so():
+    """Timing asked for and no TPU here: the verdict's speedup stays unmeasured and an estimate beside it says what
+    it is (libtpu's static schedule against the bytes over HBM bandwidth, the reference compiled the same way), at
+    the largest size the verdict covers (full when the verdict claims it: compiled only, one case run there)."""
+    r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", claim=True)
+    assert r.status == "correct", r.reason
+    assert r.speedup is None and r.estimate is not None, r.flags
+    e = r.estimate
+    assert e.chip == "v6e" and e.scale == "full" and e.speedup > 0 and e.kernel_bound in ("compute", "memory")
+    assert "an estimate, not a measurement" in e.label() and "static schedule" in e.label()
+    unclaimed = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci")
+    assert unclaimed.estimate is not None and unclaimed.estimate.scale in unclaimed.scales
+    assert evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False).estimate is None

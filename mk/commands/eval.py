@@ -172,6 +172,8 @@ def _table(result: Any, args: argparse.Namespace) -> None:
                           f"{t.runs} runs over {t.input_sets} input sets", highlight=False)
         else:
             console.print(f"timing: {t.reason}", highlight=False)
+    if result.estimate is not None:
+        console.print(result.estimate.label(), highlight=False, soft_wrap=True)
     if result.compile_check:
         console.print(f"chip compile: {result.compile_check}", highlight=False, soft_wrap=True)
     if result.compiled:

@@ -145,5 +145,7 @@ def run(args: argparse.Namespace) -> int:
                           soft_wrap=True)
         else:
             console.print(f"report: {report.report_path}  run: {report.run_id}", soft_wrap=True)
+        if report.speedup is None and report.estimate:
+            console.print(report.estimate["label"], highlight=False, soft_wrap=True)
     return 0 if report.status == "correct" else 1
 

@@ -127,6 +127,8 @@ class _Run:
     no_spills: bool = False
     compile_check: str = ""
     compiled: list[Any] = field(default_factory=list)
+    #: without the device: the compiler's estimated speedup over XLA (:mod:`mk.harness.estimate`)
+    estimate: Any = None
 
     @property
     def on_device(self) -> bool:
@@ -282,6 +284,7 @@ def evaluate(
                       flags=run.flags, isolation=run.isolation, verified_by=run.verified_by if status == "correct" else "",
                       failed_case=run.failed_case if status != "correct" else "",
                       compile_check=run.compile_check, compiled=run.compiled, covered=covered,
+                      estimate=run.estimate if status == "correct" else None,
                       seconds=time.perf_counter() - started, **base)
 
 
@@ -888,6 +891,8 @@ def _time_and_cost(run: _Run) -> tuple[TimingResult, CostResult | None]:
                               note="XLA cost analysis of the exported program (compiled by the judge's runner)")
         run.seconds["cost"] = time.perf_counter() - t0
     if not _wants_timing(run):
+        if run.measure:  # timing asked for and no device here: the compiler's estimate, labelled as one
+            run.estimate = _estimate(run)
         return not_measured(_no_timing(run), run.timed), cost
     cases = [c for c in run.suite.cases if c.scale == run.timed]
     dist = cases[0].distribution
@@ -1007,6 +1012,27 @@ def _structure_mismatch(want: Any, exported: Any) -> str | None:
 def _pins_highest(task: Task) -> bool:
     """Float32 tasks are judged at HIGHEST matmul precision (the judge pins it for the reference)."""
     return any(np.dtype(s.dtype) == np.float32 for s in task.arg_structs(task.default_scale))
+
+
+def _estimate(run: _Run) -> Any:
+    """The estimated speedup over XLA at the largest judged or claimed size (:mod:`mk.harness.estimate`); a flag,
+    never the verdict, when it cannot be had."""
+    from mk.harness import estimate
+    from mk.harness.chipcheck import CompileRefused
+
+    if run.chip is None or run.chip.kind != "tpu" or not any(c.ok for c in run.compiled):
+        return None
+    declared = {**run.task.compile_only, **run.task.scales}
+    scales = {s: declared[s] for s in (*run.suite.scales, *run.covered) if s in declared}
+    t0 = time.perf_counter()
+    try:
+        return estimate.for_verdict(run.task, run.compiled, run.chip, scales)
+    except (CompileRefused, ChildFailed, MkError) as exc:
+        run.flags.append(f"no speed estimate: the reference's program did not compile for {run.chip.name} "
+                         f"({_last_line(str(getattr(exc, 'reason', exc)))})")
+        return None
+    finally:
+        run.seconds["estimate"] = time.perf_counter() - t0
 
 
 def _wants_timing(run: _Run) -> bool:

@@ -209,6 +209,28 @@ def reason_of(fix_text: str) -> str:
     return lines[-1] if len(lines) > 1 else head
 
 
+class SpeedEstimate(BaseModel):
+    """An ESTIMATED speedup over XLA without the device (:mod:`mk.harness.estimate`): never a measurement, never a
+    verdict's ``speedup``, never counted in ``fast_p``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chip: str
+    scale: str
+    kernel_s: float
+    kernel_bound: Literal["compute", "memory"]
+    baseline_s: float
+    baseline_bound: Literal["compute", "memory"]
+    speedup: float
+    #: how it was estimated, in words (the label carries it everywhere the estimate appears)
+    model: str
+
+    def label(self) -> str:
+        return (f"estimated {self.speedup:.2f}x over XLA on {self.chip} at {self.scale} (kernel "
+                f"{self.kernel_s * 1e6:.1f} us, {self.kernel_bound}-bound; XLA {self.baseline_s * 1e6:.1f} us, "
+                f"{self.baseline_bound}-bound; {self.model}); an estimate, not a measurement")
+
+
 class EvalResult(BaseModel):
     """The judge's verdict on one candidate for one task and target."""
 
@@ -245,6 +267,8 @@ class EvalResult(BaseModel):
     #: declared sizes the cases did not run that the verdict claims (envelope points, by scale name): compiled for the
     #: chip, and their program runs the code a judged size ran (:func:`mk.harness.program.paths_covered`)
     covered: dict = Field(default_factory=dict)
+    #: without the device: the compiler's estimate of the speedup over XLA (labelled so), else None
+    estimate: Optional[SpeedEstimate] = None
 
     @property
     def ok(self) -> bool:

@@ -76,7 +76,7 @@ def outcome_of(traj: Any, author: Any, status: str | None = None, reason: str | 
     res = getattr(b, "result", None) if b else None
     best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale,
                 compile_check=getattr(res, "compile_check", "") or "", compiled=list(getattr(res, "compiled", []) or []),
-                covered=dict(getattr(res, "covered", {}) or {})) \
+                covered=dict(getattr(res, "covered", {}) or {}), estimate=getattr(res, "estimate", None)) \
         if b else None
     rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
              "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]

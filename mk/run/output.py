@@ -41,6 +41,8 @@ class Best:
     compiled: list[Any] = field(default_factory=list)
     #: declared sizes the verdict claims without running them (``EvalResult.covered``): envelope points
     covered: dict[str, Any] = field(default_factory=dict)
+    #: without the device: the compiler's estimated speedup (``EvalResult.estimate``), never a measurement
+    estimate: Any = None
 
 
 @dataclass
@@ -64,6 +66,8 @@ class OptimizeReport:
     #: which chip compile ran on the kept kernel, and the compiler's figures per scale (``CompileResult`` dumps)
     compile_check: str = ""
     compiled: list[dict[str, Any]] = field(default_factory=list)
+    #: the compiler's estimated speedup over XLA where no device measured one (``SpeedEstimate`` dump), labelled
+    estimate: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -108,6 +112,7 @@ def write_outputs(run: Any, outcome: Any, out: str | Path | None, *, author: str
         envelope=envelope.to_dict() if best and envelope is not None else None, mode=cfg.mode,
         compile_check=best.compile_check if best else "",
         compiled=[c.model_dump() for c in best.compiled] if best else [],
+        estimate={**best.estimate.model_dump(), "label": best.estimate.label()} if best and best.estimate else None,
     )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -152,6 +157,7 @@ def with_provenance(best: Best, task: Task, suite_hash: str, target: Any, envelo
         f"# verdict: {best.status} on frozen suite {suite_hash}",
         f"#   reproduce: {again}" + (" (a pure-JAX rewrite: add --pure-jax)" if target.needs_kernel and "pallas_call" not in best.source else ""),
         f"# speedup: {speed}",
+        *([f"#   {best.estimate.label()}"] if best.estimate is not None and best.speedup is None else []),
         f"# author: {best.proposal}",
     ]
     if best.compile_check:
