@@ -234,6 +234,6 @@ def test_float32_default_for_h100_compiles_without_spills():
     accumulator and both operand slices."""
     m = k = n = 4096
     cfg = default("h100", Shapes(m, n, k, itemsize=4))
-    assert cfg.block_m * cfg.block_n + (cfg.block_m + cfg.block_n) * cfg.block_k <= 112 * 32 * cfg.num_warps
+    assert cfg.block_k <= 32 and cfg.block_m * cfg.block_n + (cfg.block_m + cfg.block_n) * cfg.block_k <= 112 * 32 * cfg.num_warps
     f = lambda x, w: kmm.matmul_gpu(x, w, precision=jax.lax.Precision.HIGHEST, **cfg.kwargs("gpu"))  # noqa: E731
     fits(compiled(f, jax.ShapeDtypeStruct((m, k), jnp.float32), jax.ShapeDtypeStruct((k, n), jnp.float32)))

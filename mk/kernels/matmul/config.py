@@ -130,8 +130,10 @@ def default(chip: str, shapes: Shapes, splitk: bool = False) -> Config:
 
 def _gpu_registers_fit(s: Shapes, bm: int, bn: int, bk: int, num_warps: int) -> bool:
     """A float32 dot at HIGHEST is an FMA sequence on Triton (no tensor cores) with its operand slices in registers:
-    the accumulator and both slices at most 112 float32 values a thread. Measured for H100 at 4096^3 (f32, HIGHEST,
-    4 warps unless said): 128x128x64 (256 a thread) 255 registers and 4,928 B of spill stores, 64x128x64 (160) 255 and
-    1,852 B; 128x64x32 and 64x128x32 (112) 164 and 167, 128x128x32 with 8 warps (96) 151, none spilling. 16-bit
-    operands run on tensor cores: shared memory bounds them."""
-    return s.itemsize < 4 or bm * bn + bm * bk + bk * bn <= 112 * 32 * num_warps
+    ``block_k`` <= 32, and the accumulator and both slices at most 112 float32 values a thread. Measured for H100
+    (f32, HIGHEST, 4 warps unless said), at 4096^3: 128x128x64 (256 values a thread) 255 registers and 4,928 B of
+    spill stores, 64x128x64 (160) 255 and 1,852 B; 128x64x32 and 64x128x32 (112) 164 and 167 registers, 128x128x32 with
+    8 warps (96) 151, none spilling; at JaxBench's full sizes (evals/results/full_compile.md, 2026-12-07) 16x128x64
+    (88 values a thread) still spilled about 3.9 KB: so block_k is bounded on its own. 16-bit operands run on
+    tensor cores: shared memory bounds them."""
+    return s.itemsize < 4 or (bk <= 32 and bm * bn + bm * bk + bk * bn <= 112 * 32 * num_warps)
