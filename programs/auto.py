@@ -85,6 +85,11 @@ class Snapshot:
         return self.result.compile_check if self.result is not None else ""
 
     @property
+    def estimate(self) -> Any:
+        """Without the device: the compiler's estimated speedup (``EvalResult.estimate``), never a measurement."""
+        return self.result.estimate if self.result is not None else None
+
+    @property
     def covered(self) -> dict[str, Any]:
         """Declared sizes the verdict claims without running them (``EvalResult.covered``)."""
         return dict(self.result.covered) if self.result is not None else {}

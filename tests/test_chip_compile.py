@@ -281,7 +281,13 @@ def test_compiler_messages_summarised_with_the_limit_and_the_buffer():
 def test_figure_parsers(tmp_path):
     hlo = ('  %my_mm.1 = bf16[1024,1024]{1,0} custom-call(%a, %b), custom_call_target="tpu_custom_call", '
            'backend_config={"custom_call_config":{"used_scoped_memory_configs":[{"memory_space":"1","offset":"0","size":"1310720"}]}}')
-    assert tpu_kernels(hlo) == [{"name": "my_mm", "kind": "pallas", "scoped_vmem_bytes": 1310720}]
+    assert tpu_kernels(hlo) == [{"name": "my_mm", "instruction": "my_mm.1", "kind": "pallas", "scoped_vmem_bytes": 1310720}]
+    from mk.harness.compiler import static_cycles
+
+    (tmp_path / "llo").mkdir()
+    (tmp_path / "llo" / "my_mm.1_static_llo_profile.textproto").write_text(
+        'hlo_op_estimate {\n  hlo_op_name: "my_mm.1"\n  estimated_cycles: 40838\n  num_equivalent_hlos: 1\n}\n')
+    assert static_cycles(tmp_path / "llo") == {"my_mm.1": 40838}
     (tmp_path / "m.thunk_sequence.txt").write_text(
         "001: kCustomKernel [source | sink] k grid: [16, 16, 1] threads: [128, 1, 1]  shared_memory: 16384 bytes\n"
         "002: kCustomKernel [prev=001 (1) | sink        ] loop_multiply_fusion grid: [2048, 1, 1] threads: [128, 1, 1]  shared_memory: 0 bytes\n"
@@ -387,7 +393,10 @@ def test_tpu_compiles_record_libtpus_static_schedule_as_an_estimate():
     """Issue 23's signal without the device: each Pallas kernel's cycles from libtpu's static schedule (an estimate,
     labelled so), XLA's own fusions apart, and the bytes the program moves. Per-step overhead shows: 8-row blocks of
     an 8192 x 1024 f32 elementwise kernel (1024 steps) are estimated at 391,940 cycles, 512-row blocks at 40,838."""
-    from tests.kernels.chip_compile import compiled
+    from mk.harness.chipcheck import compile_function
+
+    def compiled(fn, *structs, chip):  # an estimate worker: libtpu's static schedule on (never the verdict's worker)
+        return compile_function(fn, *structs, chip=chip, estimate=True)
 
     def blocked(rows):
         def body(x_ref, o_ref):

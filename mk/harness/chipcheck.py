@@ -62,7 +62,7 @@ def lowered_only(chip: Chip) -> str | None:
         if missing else None
 
 
-def compile_function(fn: Any, *structs: Any, chip: str, scale: str = "program") -> CompileResult:
+def compile_function(fn: Any, *structs: Any, chip: str, scale: str = "program", estimate: bool = False) -> CompileResult:
     """``jax.jit(fn)`` at ``structs`` exported for ``chip``'s platform as the judge's tracer exports a target program
     (lowered assuming the chip) and compiled by the compile worker, every refusal a result: for mk's own kernels
     and evals (this process runs ``fn``: never a candidate's code)."""
@@ -78,7 +78,8 @@ def compile_function(fn: Any, *structs: Any, chip: str, scale: str = "program") 
     checks = [export.DisabledSafetyCheck.custom_call(t) for t in sorted(tgt.kernel_calls)]
     with tgt.lowering_context(spec.name):
         blob = export.export(jax.jit(fn), platforms=[tgt.platform], disabled_checks=checks)(*structs).serialize()
-    results, flags = compile_scales(spec, {scale: blob}, set(), memory_mb=default_memory_limit_mb(), strict=False)
+    results, flags = compile_scales(spec, {scale: blob}, set(), memory_mb=default_memory_limit_mb(), strict=False,
+                                    estimate=estimate)
     if not results:
         raise CompileRefused("timeout", (flags or ["the compile did not finish"])[-1])
     return results[0]
@@ -86,7 +87,8 @@ def compile_function(fn: Any, *structs: Any, chip: str, scale: str = "program") 
 
 def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, memory_mb: int,
                    deadline_s: float = COMPILE_S, no_spills: bool = False, strict: bool = True,
-                   unflagged: frozenset[str] | set[str] = frozenset()) -> tuple[list[CompileResult], list[str]]:
+                   unflagged: frozenset[str] | set[str] = frozenset(), estimate: bool = False
+                   ) -> tuple[list[CompileResult], list[str]]:
     """Compile each scale's exported device program for ``chip``: the results and the flags they raise. Raises
     :class:`CompileRefused` for a judged scale the compiler refuses or a compile past ``deadline_s`` (elsewhere
     each is a flag: a declared scale the cases do not run, a fresh size the judge drew); with
@@ -98,11 +100,11 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
     results: list[CompileResult] = []
     flags: list[str] = []
     for scale, blob in programs.items():
-        key = (hashlib.sha256(blob).hexdigest(), chip.name, no_spills)
+        key = (hashlib.sha256(blob).hexdigest(), chip.name, no_spills, estimate)
         with _cache_lock:
             cached, full_error = _cache.get(key, (None, ""))
         if cached is None:
-            worker = pool.compiler(chip.kind, memory_mb)
+            worker = pool.compiler(chip.kind, memory_mb, estimate)
             version = _versions.get(chip.kind)
             if version is None:
                 version = _versions[chip.kind] = str(worker.ask({"op": "versions"}, 60.0, "reading the compilers' versions")

@@ -39,16 +39,19 @@ _state: dict[str, Any] = {"devices": {}}
 PTXAS_S = 120.0
 
 
-def environment(kind: str, workdir: Path) -> dict[str, str]:
-    """The worker's environment for chips of ``kind`` (JAX pinned to the CPU: no device is ever opened)."""
+def environment(kind: str, workdir: Path, estimate: bool = False) -> dict[str, str]:
+    """The worker's environment for chips of ``kind`` (JAX pinned to the CPU: no device is ever opened).
+    ``estimate`` (TPU): libtpu also writes its static schedule of every kernel and fusion it compiles (an internal
+    flag). Only an estimate worker sets it, never the judge's: with it some compiles reserve more memory than a
+    worker's cap and libtpu aborts (seen on 33k's conv and 9p's SwiGLU at full: ``mmap error: 12``)."""
     from mk import chips
 
     env = {"JAX_PLATFORMS": "cpu", "MK_CHIP_KIND": kind}
     if kind == "tpu":
         env.update(TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_WORKER_HOSTNAMES="localhost",
-                   TPU_ACCELERATOR_TYPE="v6e-1",
-                   # libtpu's static schedule of every kernel and fusion it compiles (an internal flag): an estimate
-                   LIBTPU_INIT_ARGS=f"--xla_jf_dump_static_llo_profile_to={workdir / 'llo'}")
+                   TPU_ACCELERATOR_TYPE="v6e-1")
+        if estimate:
+            env["LIBTPU_INIT_ARGS"] = f"--xla_jf_dump_static_llo_profile_to={workdir / 'llo'}"
     else:
         cuda = chips.cuda_dir()
         flags = [f"--xla_dump_to={workdir / 'dump'}"] + ([f"--xla_gpu_cuda_data_dir={cuda}"] if cuda else [])

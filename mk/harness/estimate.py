@@ -54,30 +54,45 @@ def speedup(kernel: CompileResult, baseline: CompileResult, spec: Any) -> SpeedE
                          baseline_bound=b[1], speedup=b[0] / k[0], model=model_words(spec))
 
 
-#: the reference's compiled program per (task fingerprint, scale, chip, compiler): tuning judges one task many times
-_baselines: dict[tuple[str, str, str, str], CompileResult] = {}
+#: the reference's compiled program per (task fingerprint, scale, chip): tuning judges one task many times
+_baselines: dict[tuple[str, str, str], CompileResult] = {}
 
 
-def for_verdict(task: Any, compiled: list[CompileResult], chip: Any, scales: dict[str, Any]) -> SpeedEstimate | None:
+def for_verdict(task: Any, programs: dict[str, bytes], chip: Any, scales: dict[str, Any]) -> SpeedEstimate | None:
     """The estimate for a verdict: at the largest of ``scales`` (name -> Scale: the task's judged sizes and the
-    declared sizes the verdict claims, such as ``full``) compiled for ``chip``, the candidate's program against the
-    reference's, which this (trusted) process exports and compiles the same way. Raises what the baseline's compile
-    raises; the caller makes that a flag."""
+    declared sizes the verdict claims, such as ``full``) with a device program in ``programs`` (the exported target
+    programs the verdict's compile stage compiled), that program against the reference's, which this (trusted)
+    process exports. Both compile again in an estimate worker (libtpu's static schedule on: never the verdict's own
+    worker). Raises what a compile raises; the caller makes that a flag."""
+    import math
+
+    import numpy as np
+
     from mk.harness import chipcheck
+    from mk.harness.process import default_memory_limit_mb
     from mk.hardware import get_spec
 
     spec = get_spec(chip.name)
     if not spec.static_schedule_hz:
         return None
-    mine = [r for r in compiled if r.chip == chip.name and r.scale in scales and program_seconds(r, spec) is not None]
-    if not mine:
+    names = [s for s in scales if s in programs]
+    if not names:
         return None
-    kernel = max(mine, key=lambda r: r.io_bytes or 0)
-    at = task.with_scales({kernel.scale: scales[kernel.scale]})
-    key = (at.fingerprint(), kernel.scale, chip.name, kernel.compiler)
+
+    def size(name: str) -> int:
+        t = task.with_scales({name: scales[name]})
+        return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in t.arg_structs(name))
+
+    scale = max(names, key=size)
+    results, flags = chipcheck.compile_scales(chip, {scale: programs[scale]}, set(), memory_mb=default_memory_limit_mb(),
+                                              strict=False, estimate=True)
+    if not results:
+        raise chipcheck.CompileRefused("timeout", (flags or ["the estimate's compile did not finish"])[-1])
+    at = task.with_scales({scale: scales[scale]})
+    key = (at.fingerprint(), scale, chip.name)
     baseline = _baselines.get(key)
     if baseline is None:
-        baseline = chipcheck.compile_function(at.bind(at.reference, kernel.scale), *at.arg_structs(kernel.scale),
-                                              chip=chip.name, scale=kernel.scale)
+        baseline = chipcheck.compile_function(at.bind(at.reference, scale), *at.arg_structs(scale), chip=chip.name,
+                                              scale=scale, estimate=True)
         _baselines[key] = baseline
-    return speedup(kernel, baseline, spec)
+    return speedup(results[0], baseline, spec)

@@ -129,6 +129,8 @@ class _Run:
     compiled: list[Any] = field(default_factory=list)
     #: without the device: the compiler's estimated speedup over XLA (:mod:`mk.harness.estimate`)
     estimate: Any = None
+    #: each scale's exported target program, as the compile stage compiled it
+    device_programs: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def on_device(self) -> bool:
@@ -571,6 +573,7 @@ def _compile_for_chip(run: _Run) -> None:
     t0 = time.perf_counter()
     programs = {scale: _read_regular(run.tracer.workdir / run.programs[scale]["target_file"])
                 for scale in (*run.scales, *run.compile_scales)}
+    run.device_programs = programs
     # the declared scales the cases run must compile, and those asked for but too big to run here; a fresh size
     # (drawn by the judge) or a scale left out with --scale the chip refuses is a flag
     optional = {s for s in run.scales if _optional(run, s)}  # a refusal there narrows the verdict (_narrow)
@@ -1026,8 +1029,10 @@ def _estimate(run: _Run) -> Any:
     scales = {s: declared[s] for s in (*run.suite.scales, *run.covered) if s in declared}
     t0 = time.perf_counter()
     try:
-        return estimate.for_verdict(run.task, run.compiled, run.chip, scales)
-    except (CompileRefused, ChildFailed, MkError) as exc:
+        return estimate.for_verdict(run.task, run.device_programs, run.chip, scales)
+    except Exception as exc:  # noqa: BLE001 - information beside the verdict: never its cause
+        if not isinstance(exc, (CompileRefused, ChildFailed, MkError)):
+            log.warning("no speed estimate for %s", run.task.name, exc_info=True)
         run.flags.append(f"no speed estimate: the reference's program did not compile for {run.chip.name} "
                          f"({_last_line(str(getattr(exc, 'reason', exc)))})")
         return None

@@ -70,19 +70,20 @@ def runner(env: Mapping[str, str], memory_mb: int) -> Child:
         return child
 
 
-def compiler(kind: str, memory_mb: int) -> Child:
+def compiler(kind: str, memory_mb: int, estimate: bool = False) -> Child:
     """The live compile worker for chips of ``kind`` (``tpu`` or ``gpu``; started now if there is none): trusted code,
-    reused like the runner (:mod:`mk.harness.compiler`)."""
+    reused like the runner (:mod:`mk.harness.compiler`). ``estimate``: a separate worker that also records libtpu's
+    static schedule (:mod:`mk.harness.estimate`), so its failures never touch a verdict's compile."""
     from mk.harness.compiler import environment
 
-    key = ("compiler", kind, memory_mb)
+    key = ("compiler", kind, memory_mb, estimate)
     with _lock:
         child = _runners.get(key)
         if child is not None and child.alive():
             return child
         workdir = _new_dir(f"compiler-{kind}")
         child = Child([sys.executable, "-I", "-B", "-m", "mk.harness.compiler", str(workdir)], workdir, memory_mb,
-                      env=environment(kind, workdir))
+                      env=environment(kind, workdir, estimate))
         _runners[key] = child.start()
         return child
 
