@@ -235,6 +235,20 @@ def test_gpu_kernel_figures_from_ptxas():
     assert k.threads == [128, 1, 1] and k.grid[:2] == [8, 8]
 
 
+SOFTMAX_TASK = Task("chip_softmax", lambda x: jax.nn.softmax(x, axis=-1), (ArgSpec("x", ("rows", 2048), "float32"),),
+                    {"ci": Scale("ci", {"rows": 16})})
+
+
+@needs_cuda
+def test_a_kernel_named_like_xlas_own_cannot_hide_its_spills():
+    # round 15: a Triton kernel named "wrapped_rows" (XLA's name for a lone op it wraps) that spills 1.8 KB a thread;
+    # kernels were told apart by name, so --no-spills let it through. Now by the HLO instruction XLA launched.
+    source = (Path(__file__).parent / "adversarial" / "r15_spills_named_like_xla.py").read_text()
+    r = evaluate(SOFTMAX_TASK, source, target="gpu", measure=False, no_spills=True)
+    assert r.status == "compile_error", (r.status, r.reason, r.flags)
+    assert "kernel wrapped_rows spills registers on h100" in r.reason and "--no-spills refuses it" in r.reason, r.reason
+
+
 def test_without_the_compiler_the_verdict_says_lowered_only(monkeypatch):
     monkeypatch.setattr(chipcheck, "compiler_missing", lambda kind: "libtpu is not installed")
     r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False)
@@ -290,11 +304,23 @@ def test_figure_parsers(tmp_path):
     assert static_cycles(tmp_path / "llo") == {"my_mm.1": 40838}
     (tmp_path / "m.thunk_sequence.txt").write_text(
         "001: kCustomKernel [source | sink] k grid: [16, 16, 1] threads: [128, 1, 1]  shared_memory: 16384 bytes\n"
-        "002: kCustomKernel [prev=001 (1) | sink        ] loop_multiply_fusion grid: [2048, 1, 1] threads: [128, 1, 1]  shared_memory: 0 bytes\n"
-        "003: kKernel loop_add_fusion grid: [4, 1, 1] threads: [256, 1, 1]  shared_memory: 0 bytes\n")
-    found = gpu_kernels(tmp_path, "sm_90a")
+        "002: kWhile        [prev=001 (1) | next=004 (1)]\n  body:\n"
+        "    003: kCustomKernel [source | sink] wrapped_evil grid: [2, 1, 1] threads: [32, 1, 1]  shared_memory: 0 bytes\n"
+        "004: kCustomKernel [prev=002 (1) | sink        ] loop_multiply_fusion grid: [2048, 1, 1] threads: [128, 1, 1]  shared_memory: 0 bytes\n"
+        "005: kKernel loop_add_fusion grid: [4, 1, 1] threads: [256, 1, 1]  shared_memory: 0 bytes\n")
+    (tmp_path / "m.thunk_metadata.txt").write_text("".join(
+        f'thunk_metadata {{\n  thunk_info {{\n    profile_annotation: "{name}"\n    thunk_id: {i}\n  }}\n}}\n'
+        for i, name in [(1, "pallas_call.0"), (3, "pallas_call.2"), (4, "loop_multiply_fusion"), (5, "loop_add_fusion")]))
+    hlo = ('  %pallas_call.0 = f32[64,64]{1,0} custom-call(%a), custom_call_target="__gpu$xla.gpu.triton", backend_config={name = "k"}\n'
+           '  %pallas_call.2 = f32[64,64]{1,0} custom-call(%c), custom_call_target="__gpu$xla.gpu.triton", backend_config={name = "wrapped_evil"}\n'
+           '  %loop_multiply_fusion = f32[64,64]{1,0} fusion(%b), kind=kLoop, calls=%fused_multiply\n'
+           '  ROOT %loop_add_fusion = f32[64,64]{1,0} fusion(%d), kind=kLoop, calls=%fused_add\n')
+    found = gpu_kernels(tmp_path, "sm_90a", hlo)
     assert found[0] == {"name": "k", "kind": "pallas", "grid": [16, 16, 1], "threads": [128, 1, 1], "shared_memory_bytes": 16384}
-    assert [k["kind"] for k in found[1:]] == ["xla", "xla"]
+    # by the instruction launched, never the name: a candidate's kernel named like XLA's is still a Pallas kernel
+    assert [(k["name"], k["kind"]) for k in found[1:]] == [("wrapped_evil", "pallas"), ("loop_multiply_fusion", "xla"),
+                                                         ("loop_add_fusion", "xla")]
+    assert gpu_kernels(tmp_path, "sm_90a", "")[1]["kind"] == "xla"  # no kernel custom call in the program
 
 
 def test_header_lines_one_per_chip():

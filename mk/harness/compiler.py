@@ -114,7 +114,7 @@ def compile_program(request: dict[str, Any]) -> dict[str, Any]:
         reply["bytes_accessed"] = _bytes_accessed(compiled)
         reply["io_bytes"] = sum(math.prod(a.shape) * a.dtype.itemsize for a in (*exported.in_avals, *exported.out_avals))
     else:
-        reply["kernels"] = gpu_kernels(dump, chip.sm_arch)
+        reply["kernels"] = gpu_kernels(dump, chip.sm_arch, compiled.as_text())
     shutil.rmtree(dump, ignore_errors=True)
     shutil.rmtree(llo, ignore_errors=True)
     return reply
@@ -164,30 +164,38 @@ def tpu_kernels(hlo_text: str) -> list[dict[str, Any]]:
     return kernels
 
 
-_THUNK = re.compile(r"(kCustomKernel|kKernel)\s+(?:\[[^\]]*\]\s+)?(\S+)\s+grid:\s*\[([^\]]*)\]\s+threads:\s*\[([^\]]*)\]"
-                    r"\s+shared_memory:\s*(\d+)")
+_THUNK = re.compile(r"(\d+):\s+(kCustomKernel|kKernel)\s+(?:\[[^\]]*\]\s+)?(\S+)\s+grid:\s*\[([^\]]*)\]\s+"
+                    r"threads:\s*\[([^\]]*)\]\s+shared_memory:\s*(\d+)")
+_THUNK_ID = re.compile(r'profile_annotation:\s*"([^"]+)"\s*thunk_id:\s*(\d+)')
+_CUSTOM_CALL = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*\scustom-call\(.*custom_call_target="([^"]+)"', re.MULTILINE)
 _PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 
 
-def gpu_kernels(dump: Path, arch: str) -> list[dict[str, Any]]:
+def gpu_kernels(dump: Path, arch: str, hlo_text: str) -> list[dict[str, Any]]:
     """Each kernel of a compiled GPU program: grid, threads and shared memory (XLA's thunk sequence), registers and
-    spills (``ptxas -v`` on the dumped PTX, the same ptxas XLA ran). Triton kernels are ``pallas``; XLA's own
-    fusions ``xla``."""
-    kernels: dict[str, dict[str, Any]] = {}
+    spills (``ptxas -v`` on the dumped PTX, the same ptxas XLA ran). A kernel is ``pallas`` when the HLO instruction
+    XLA launched it for (the thunk's profile annotation) is a kernel custom call in ``hlo_text``, the compiled
+    program; every other kernel is ``xla``. Never by the kernel's name: a candidate names its own kernel, and one
+    named like XLA's fusions (``wrapped_*``, ``*_fusion``) would hide its spills from the flag and ``--no-spills``."""
+    from mk.targets import get_target
+
+    calls = get_target("gpu").kernel_calls
+    pallas = {name for name, target in _CUSTOM_CALL.findall(hlo_text) if target in calls}
+    instruction: dict[int, str] = {}
+    for path in sorted(dump.glob("*thunk_metadata.txt")):
+        instruction.update((int(i), name) for name, i in _THUNK_ID.findall(path.read_text(errors="replace")))
+    kernels: list[dict[str, Any]] = []
     for path in sorted(dump.glob("*thunk_sequence.txt")):
         for m in _THUNK.finditer(path.read_text(errors="replace")):
-            # XLA's own fusions, and the lone ops it wraps as one (``wrapped_transpose``, emitted through Triton too)
-            xla = m.group(1) == "kKernel" or re.search(r"fusion([._]\d+)?$", m.group(2)) is not None \
-                or m.group(2).startswith("wrapped_")
-            kernels[m.group(2)] = {"name": m.group(2), "kind": "xla" if xla else "pallas",
-                                   "grid": _ints(m.group(3)), "threads": _ints(m.group(4)),
-                                   "shared_memory_bytes": int(m.group(5))}
-    for entry, figures in _ptxas(dump, arch).items():
-        if entry in kernels:
-            kernels[entry].update(figures)
-    return list(kernels.values())
+            kind = "pallas" if instruction.get(int(m.group(1))) in pallas else "xla"
+            kernels.append({"name": m.group(3), "kind": kind, "grid": _ints(m.group(4)),
+                            "threads": _ints(m.group(5)), "shared_memory_bytes": int(m.group(6))})
+    figures = _ptxas(dump, arch)
+    for k in kernels:
+        k.update(figures.get(k["name"], {}))
+    return kernels
 
 
 def _ptxas(dump: Path, arch: str) -> dict[str, dict[str, int]]:
@@ -208,13 +216,16 @@ def _ptxas(dump: Path, arch: str) -> dict[str, dict[str, int]]:
         entry = None
         for line in out.splitlines():
             if (m := _PTXAS_ENTRY.search(line)):
-                entry = m.group(1)
-                found[entry] = {}
-            elif entry and (m := _PTXAS_FRAME.search(line)):
-                found[entry].update(stack_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)),
-                                    spill_load_bytes=int(m.group(3)))
-            elif entry and (m := _PTXAS_REGS.search(line)):
-                found[entry]["registers"] = int(m.group(1))
+                entry = found.setdefault(m.group(1), {})  # one name in two PTX files: the larger figures of both
+                continue
+            figures: dict[str, int] = {}
+            if entry is not None and (m := _PTXAS_FRAME.search(line)):
+                figures = dict(stack_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)),
+                               spill_load_bytes=int(m.group(3)))
+            elif entry is not None and (m := _PTXAS_REGS.search(line)):
+                figures = {"registers": int(m.group(1))}
+            for key, value in figures.items():
+                entry[key] = max(entry.get(key, 0), value)
     return found
 
 
