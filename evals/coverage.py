@@ -71,7 +71,9 @@ def coverage(targets: list[str], suites: list[str], tasks: list[str] | None, db:
                              "seconds": round(r.seconds, 2),
                              # every proposal's own verdict (a correct one other than the best may be the one a chip
                              # compiles at full: evals/full_scale.py joins them)
-                             "judged": {s.name: s.status for s in r.progress}})
+                             "judged": {s.name: s.status for s in r.progress},
+                             # and the source each verdict is of (Candidate.digest), so a join is of the same code
+                             "digests": {s.name: s.digest for s in r.progress if s.digest}})
             tot = totals.setdefault(target, {"tasks": 0, "covered": 0, "compiled": 0})
             covered = sum(bool(r.correct) for r in res_rows)
             tot["tasks"] += len(res_rows)

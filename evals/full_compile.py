@@ -92,12 +92,13 @@ def export_at(task: Any, source: str, target: str, chip: str, scale: str) -> byt
 
 def check_task(task_id: str, chips_by_target: dict[str, list[str]], scale: str) -> dict[str, Any]:
     from mk.author import OfflineAuthor
+    from mk.candidate import Candidate
     from mk.chips import get_chip
     from mk.harness import chipcheck
     from mk.harness.process import default_memory_limit_mb
 
     task = load(task_id)
-    row: dict[str, Any] = {"task": task_id, "targets": {}}
+    row: dict[str, Any] = {"task": task_id, "name": task.name, "targets": {}}
     if scale not in task.scales:
         row["error"] = f"the task declares no {scale!r} scale"
         return row
@@ -113,7 +114,7 @@ def check_task(task_id: str, chips_by_target: dict[str, list[str]], scale: str) 
             continue
         entry["declined"] = authored.declined
         for proposal in authored.proposals:
-            p: dict[str, Any] = {"name": proposal.name, "chips": {}}
+            p: dict[str, Any] = {"name": proposal.name, "digest": Candidate.from_source(proposal.source).digest, "chips": {}}
             for chip in chips:
                 try:
                     blob = export_at(task, proposal.source, target, chip, scale)

@@ -38,25 +38,46 @@ def correct_proposals(row: dict[str, Any] | None) -> set[str]:
     return {row["best"]} if row.get("covered") and row.get("best") else set()
 
 
+def task_name(row: dict[str, Any]) -> str:
+    """The task's own name, as coverage rows key it: an example row of full_compile is keyed by its file's stem
+    (``examples:attention``) while the task inside is named otherwise (``causal_attention``)."""
+    suite, _, task = row["task"].partition(":")
+    if row.get("name"):
+        return str(row["name"])
+    if suite == "examples":
+        from evals.full_compile import EXAMPLES
+        from mk.loaders import load_task
+
+        return load_task(EXAMPLES / f"{task}.py").name
+    return task
+
+
 def join(coverage: dict[str, Any], compiled: dict[str, Any]) -> dict[str, Any]:
-    """One row per task of ``compiled``: per chip, the proposals correct and compiled at full, and why not."""
+    """One row per task of ``compiled``: per chip, the proposals correct and compiled at full, and why not. Where
+    both runs recorded each proposal's source digest, a proposal counts only when the two are the same code (a
+    mismatch is listed under ``other_source``); ``by_digest`` says whether every joined pair was checked so."""
     by_key = {(r["suite"], r["task"], r["target"]): r for r in coverage["rows"]}
     chips = {chip: target for target, cs in compiled["chips"].items() for chip in cs}
-    rows = []
+    rows, unchecked = [], 0
     for r in compiled["rows"]:
-        suite, _, task = r["task"].partition(":")
+        suite = r["task"].partition(":")[0]
         cells: dict[str, Any] = {}
         for chip, target in chips.items():
-            cov = by_key.get((suite, task, target))
+            cov = by_key.get((suite, task_name(r), target))
             good = correct_proposals(cov)
+            digests = (cov or {}).get("digests") or {}
             proposals = r.get("targets", {}).get(target, {}).get("proposals", [])
-            ok = {p["name"]: p["chips"][chip] for p in proposals if p["chips"].get(chip, {}).get("ok")}
-            both = [name for name in ok if name in good]
+            ok = {p["name"]: p for p in proposals if p["chips"].get(chip, {}).get("ok")}
+            same = {name: None if not (digests.get(name) and p.get("digest")) else digests[name] == p["digest"]
+                    for name, p in ok.items() if name in good}
+            both = [name for name, equal in same.items() if equal is not False]
+            unchecked += sum(1 for name in both if same[name] is None)
             cells[chip] = {"ok": bool(both), "proposals": both,
-                           "kernels": ok[both[0]].get("kernels", []) if both else [],
-                           "judged": cov is not None, "correct": sorted(good), "compiled": sorted(ok)}
+                           "kernels": ok[both[0]]["chips"][chip].get("kernels", []) if both else [],
+                           "judged": cov is not None, "correct": sorted(good), "compiled": sorted(ok),
+                           "other_source": sorted(name for name, equal in same.items() if equal is False)}
         rows.append({"task": r["task"], "chips": cells})
-    return {"rows": rows, "chips": list(chips)}
+    return {"rows": rows, "chips": list(chips), "by_digest": unchecked == 0, "joined_by_name_only": unchecked}
 
 
 def render(report: dict[str, Any]) -> str:
@@ -71,6 +92,9 @@ def render(report: dict[str, Any]) -> str:
              f"- Correctness: `{report['coverage']['command']}` ({report['coverage']['date']})"
              + "".join(f"; re-judged by `{m['command']}` ({m['date']})" for m in report["coverage"].get("merged") or []),
              f"- Compiles: `{report['compile']['command']}` ({report['compile']['date']}; {report['compile']['compilers']})",
+             "- " + ("Each joined proposal is the same source in both runs (its digest)." if report.get("by_digest") else
+                     f"{report.get('joined_by_name_only', 0)} joined proposal(s) by name only: a run did not record "
+                     "the source it judged or compiled, so that they are the same code is not checked here."),
              ""]
     for suite in dict.fromkeys(r["task"].partition(":")[0] for r in report["rows"]):
         rows = [r for r in report["rows"] if r["task"].partition(":")[0] == suite]
@@ -86,6 +110,8 @@ def render(report: dict[str, Any]) -> str:
                 cells.append(f"✓ {c['proposals'][0]}" + (f" ({figs})" if figs else ""))
             elif not c["judged"]:
                 cells.append("not judged")
+            elif c.get("other_source"):
+                cells.append(f"✗ judged and compiled sources differ: {', '.join(c['other_source'])}")
             else:
                 cells.append(f"✗ correct: {', '.join(c['correct']) or 'none'}; compiled at full: "
                              f"{', '.join(c['compiled']) or 'none'}")

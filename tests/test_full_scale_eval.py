@@ -38,3 +38,34 @@ def test_a_task_counts_when_one_proposal_is_correct_and_compiles(tmp_path):
     assert "jaxbench: v6e 1/3" in md and "| jaxbench:18k | ✓ split (1.0 MiB VMEM) |" in md
     assert "| jaxbench:22k | ✗ correct: fused; compiled at full: split |" in md and "| jaxbench:25k | not judged |" in md
     assert "`python -m evals.coverage` (d0)" in md and "`python -m evals.full_compile` (d1; libtpu)" in md
+
+
+def test_a_proposal_counts_only_when_both_runs_judged_and_compiled_the_same_source():
+    compiled = _compiled()
+    for r in compiled["rows"]:
+        for p in r["targets"]["tpu"]["proposals"]:
+            p["digest"] = f"{p['name']}-v2"
+    coverage = _coverage()
+    coverage["rows"][0]["digests"] = {"fused": "fused-v2", "split": "split-v1"}  # split changed between the runs
+    report = full_scale.join(coverage, compiled)
+    cell = {r["task"]: r["chips"]["v6e"] for r in report["rows"]}["jaxbench:18k"]
+    assert not cell["ok"] and cell["other_source"] == ["split"]
+    assert "judged and compiled sources differ: split" in full_scale.render({**report, "date": "d", "command": "c",
+                                                                              "coverage": {"command": "a", "date": "b"},
+                                                                              "compile": {"command": "c", "date": "d",
+                                                                                          "compilers": "e"}})
+    coverage["rows"][0]["digests"]["split"] = "split-v2"
+    report = full_scale.join(coverage, compiled)
+    assert {r["task"]: r["chips"]["v6e"] for r in report["rows"]}["jaxbench:18k"]["ok"] and report["by_digest"]
+    del coverage["rows"][0]["digests"]  # an older coverage run: joined by name, and the report says so
+    report = full_scale.join(coverage, compiled)
+    assert not report["by_digest"] and report["joined_by_name_only"] == 1
+
+
+def test_an_example_is_joined_by_its_task_name_not_its_file_stem():
+    compiled = {"chips": {"tpu": ["v6e"]}, "rows": [{"task": "examples:attention", "targets": {"tpu": {"proposals": [
+        {"name": "flash", "chips": {"v6e": {"ok": True, "kernels": []}}}]}}}]}
+    coverage = {"rows": [{"suite": "examples", "task": "causal_attention", "target": "tpu", "covered": True,
+                          "best": "flash", "judged": {"flash": "correct"}}]}
+    (row,) = full_scale.join(coverage, compiled)["rows"]
+    assert row["chips"]["v6e"]["ok"] and row["chips"]["v6e"]["judged"]

@@ -218,7 +218,8 @@ def _best_of_n(task: Task, author: Any, cfg: MethodConfig, samples: bool) -> Tas
         else:
             res = evaluate(task, candidate, target=cfg.target, suite=suite, measure=cfg.measure, config={})
             status, reason = res.status, res.reason
-        step = Step(i, 0, name, status, compiled_of(res), res.speedup if res is not None and status == "correct" else None, reason)
+        step = Step(i, 0, name, status, compiled_of(res), res.speedup if res is not None and status == "correct" else None, reason,
+                    digest=hashlib.sha256(source.encode()).hexdigest()[:16] if source else "")
         steps.append(step)
         results.append(res)
         if cfg.on_event:

@@ -22,6 +22,8 @@ class Step:
     compiled: bool
     speedup: float | None = None
     reason: str = ""
+    #: the judged source's digest (``Candidate.digest``), where the method records it: what a row's verdict is of
+    digest: str = ""
 
 
 def best_step(steps: list[Step]) -> Step | None:
