@@ -325,3 +325,10 @@ def m012_bench_noise(conn: duckdb.DuckDBPyConnection) -> None:
     repeated side-by-side timing, their spread and the methods tied with it, so a resumed benchmark reports them for
     the rows it kept."""
     conn.execute("ALTER TABLE bench_results ADD COLUMN noise JSON")
+
+
+@migration
+def m013_trial_basis(conn: duckdb.DuckDBPyConnection) -> None:
+    """What a trial's ``value`` is: ``measured`` (median seconds on the device) or ``estimated <chip> at <scale>``
+    (the compiler's estimate without the device, :mod:`mk.harness.estimate`); NULL when it has none."""
+    conn.execute("ALTER TABLE trials ADD COLUMN basis VARCHAR")

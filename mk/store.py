@@ -480,8 +480,10 @@ class Store:
         state: str,
         value: float | None = None,
         reason: str | None = None,
+        basis: str | None = None,
     ) -> str:
-        """Record (or replace) trial ``number`` of ``study`` for this run."""
+        """Record (or replace) trial ``number`` of ``study`` for this run. ``basis`` says what ``value`` is:
+        ``measured`` seconds, or ``estimated <chip> at <scale>`` (the compiler's estimate, never a measurement)."""
         trial_id = new_id()
         with self.transaction():
             self._run(
@@ -489,8 +491,9 @@ class Store:
                 [run_id, study, number],
             )
             self._run(
-                "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [trial_id, run_id, node_id, study, number, to_json(params), state, value, reason, _now()],
+                "INSERT INTO trials (id, run_id, node_id, study, number, params, state, value, reason, created_at, basis) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [trial_id, run_id, node_id, study, number, to_json(params), state, value, reason, _now(), basis],
             )
         return trial_id
 

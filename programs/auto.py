@@ -389,7 +389,9 @@ class Auto:
             traj.task, a.candidate, target=self.target, suite=traj.suite, evaluate=self._judge(traj), store=self.store,
             study_name=f"{traj.run_id or 'local'}-{a.iteration}-{a.candidate.digest}", run_id=traj.run_id, node_id=a.node_id,
             max_trials=self.max_trials,
-            on_trial=lambda t: self.on_event("trial", {"iteration": a.iteration, "params": t.params, "status": t.status, "reason": t.reason}),
+            on_trial=lambda t: self.on_event("trial", {"iteration": a.iteration, "params": t.params, "status": t.status, "reason": t.reason,
+                                                       "seconds": t.seconds, "estimated_s": t.estimated_s,
+                                                       "estimated_at": t.estimated_at}),
             should_stop=self.budget.exceeded if self.budget is not None else None,
             judged_default=a.test,  # the default config's verdict on the whole suite: its trial is not judged again
         )

@@ -413,9 +413,10 @@ def _tuning(tuned: TuneResult) -> Any:
 
     parts: list[Any] = [Text(f"config {tuned.config or '{}'}: {tuned.note}")]
     if tuned.trials:
-        table = Table("trial", "params", "status", "seconds", "reason")
+        table = Table("trial", "params", "status", "measured s", "estimated s", "reason")
         for t in tuned.trials:
-            table.add_row(str(t.number), str(t.params), t.status, _num(t.seconds), t.reason)
+            est = f"{_num(t.estimated_s)} ({t.estimated_at}, an estimate)" if t.estimated_s is not None else "-"
+            table.add_row(str(t.number), str(t.params), t.status, _num(t.seconds), est, t.reason)
         parts.append(table)
     return Group(*parts)
 

@@ -437,21 +437,46 @@ def test_tpu_compiles_record_libtpus_static_schedule_as_an_estimate():
     assert ks.estimated_cycles > 4 * kl.estimated_cycles > 0
     assert "cycles estimated by libtpu's static schedule" in large.summary()
     assert large.io_bytes == 2 * 8192 * 1024 * 4 and large.xla_estimated_cycles is None
+    assert small.refetched_bytes == large.refetched_bytes == 0  # each block read once (mk/harness/mosaic_traffic.py)
     xla = compiled(lambda x: x * 2.0 + 1.0, x, chip="v6e")
     assert not xla.kernels and xla.xla_estimated_cycles > 0 and xla.bytes_accessed == xla.io_bytes
+
+    def rereads(x):  # block index i % 2: 16 fetches of 2 distinct 512 x 1024 f32 blocks: 14 fetched again
+        return pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] + 1.0), grid=(16,),
+                              in_specs=[pl.BlockSpec((512, 1024), lambda i: (i % 2, 0))],
+                              out_specs=pl.BlockSpec((512, 1024), lambda i: (i, 0)),
+                              out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    from mk.harness.estimate import program_seconds
+    from mk.hardware import get_spec
+
+    again, spec = compiled(rereads, x, chip="v6e"), get_spec("v6e")
+    assert again.refetched_bytes == 14 * 512 * 1024 * 4
+    assert program_seconds(again, spec)[0] >= (again.io_bytes + again.refetched_bytes) / spec.hbm_bandwidth
+    # a kernel called in an XLA loop: the schedule gives the body once, so the program has no estimate
+    from mk.harness.estimate import NoEstimate
+
+    looped = compiled(lambda x: jax.lax.fori_loop(0, 10, lambda i, y: blocked(512)(y), x), x, chip="v6e")
+    assert looped.ok and looped.loops == 1 and large.loops == 0
+    with pytest.raises(NoEstimate, match="XLA loop"):
+        program_seconds(looped, spec)
 
 
 @needs_libtpu
 def test_without_the_device_a_tpu_verdict_carries_the_compilers_estimate_labelled_so():
     """Timing asked for and no TPU here: the verdict's speedup stays unmeasured and an estimate beside it says what
     it is (libtpu's static schedule against the bytes over HBM bandwidth, the reference compiled the same way), at
-    the largest size the verdict covers (full when the verdict claims it: compiled only, one case run there)."""
+    the largest size the verdict compiled (full: claimed when the verdict claims it, compiled only and labelled
+    "not judged there" when not: the size the user runs, where tuning ranks configs)."""
     r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", claim=True)
     assert r.status == "correct", r.reason
     assert r.speedup is None and r.estimate is not None, r.flags
     e = r.estimate
-    assert e.chip == "v6e" and e.scale == "full" and e.speedup > 0 and e.kernel_bound in ("compute", "memory")
+    assert e.chip == "v6e" and e.scale == "full" and e.estimated_speedup > 0 and e.kernel_bound in ("compute", "memory")
     assert "an estimate, not a measurement" in e.label() and "static schedule" in e.label()
+    assert e.judged and "not judged there" not in e.label()
     unclaimed = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci")
-    assert unclaimed.estimate is not None and unclaimed.estimate.scale in unclaimed.scales
+    u = unclaimed.estimate
+    assert u is not None and u.scale == "full" and "full" not in unclaimed.scales and not u.judged
+    assert "at full (compiled there, not judged there)" in u.label() and u.kernel_s == pytest.approx(e.kernel_s)
     assert evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False).estimate is None

@@ -143,6 +143,49 @@ def test_the_trial_of_the_default_config_reuses_its_verdict_on_the_whole_suite(f
     assert len(calls) == 3
 
 
+def _estimated(kernel_us: float, scale: str = "full") -> "SpeedEstimate":
+    from mk.harness.results import SpeedEstimate
+
+    return SpeedEstimate(chip="v6e", scale=scale, kernel_s=kernel_us * 1e-6, kernel_bound="memory", baseline_s=100e-6,
+                         baseline_bound="memory", estimated_speedup=100 / kernel_us, model="a test model", judged=False)
+
+
+def test_without_the_device_configs_are_ranked_by_the_compilers_estimate_and_say_so(files, tmp_path):
+    from mk.tuning.autotune import autotune
+
+    task, suite = _fake_task_and_suite(files)
+    cand = Candidate.from_source(GOOD.replace("def kernel(x, w):", "CONFIG_SPACE = {'a': [1, 2, 4]}\n\ndef kernel(x, w, *, a=1):"))
+    kernel_us = {1: 90.0, 2: 40.0, 4: 60.0}
+    finals = []
+
+    def fake_evaluate(task, candidate, *, target, suite, config, **options):
+        if options:
+            finals.append(dict(config))
+        return EvalResult(status="correct", reason="ok", task=task.name, target=target, estimate=_estimated(kernel_us[config["a"]]),
+                          timing=TimingResult(measured=False, reason="no device"))
+
+    with Store.open(tmp_path / "t.duckdb") as store:
+        result = autotune(task, cand, target="tpu", suite=suite, evaluate=fake_evaluate, max_trials=3, store=store, run_id="r")
+        rows = store.trials(run_id="r")
+    assert result.config == {"a": 2} and finals == [{"a": 2}]
+    assert result.estimated and not result.measured
+    assert "compiler's estimate for v6e at full" in result.note and "an estimate, not a measurement" in result.note
+    assert {o.params["a"]: o.estimated_s for o in result.trials} == pytest.approx({a: us * 1e-6 for a, us in kernel_us.items()})
+    assert all(o.seconds is None for o in result.trials)  # nothing estimated is recorded as measured
+    assert {r["basis"] for r in rows} == {"estimated v6e at full"}
+    # configs the estimate cannot tell apart (memory-bound: bytes over bandwidth whatever the blocks) keep the default
+    kernel_us.update({1: 40.5, 2: 40.0, 4: 40.2})
+    result = autotune(task, cand, target="tpu", suite=suite, evaluate=fake_evaluate, max_trials=3)
+    assert result.config == {"a": 1} and result.estimated and "kept the default config" in result.note, result.note
+    kernel_us.update({1: 90.0, 2: 40.0, 4: 60.0})
+    # estimates of different sizes (or one config without one) do not rank: the default is kept, as without any
+    kernel_us.update({4: 10.0})
+    mixed = lambda task, candidate, **kw: fake_evaluate(task, candidate, **kw).model_copy(
+        update={"estimate": _estimated(kernel_us[kw["config"]["a"]], "ci" if kw["config"]["a"] == 4 else "full")})
+    result = autotune(task, cand, target="tpu", suite=suite, evaluate=mixed, max_trials=3)
+    assert result.config == {"a": 1} and not result.estimated and "kept the default" in result.note
+
+
 def test_a_config_the_chips_compiler_refuses_is_a_pruned_trial_with_the_reason(files, monkeypatch):
     import optuna
 

@@ -41,7 +41,9 @@ def test_optimize_softmax_tpu_writes_a_kernel_the_judge_accepts(tmp_path, capsys
             "select r.status, count(distinct n.id) as nodes, count(distinct s.id) as snaps, count(distinct t.number) as trials "
             "from runs r join nodes n on n.run_id = r.id join snapshots s on s.run_id = r.id "
             "left join trials t on t.run_id = r.id where r.id = ? group by r.status", [payload["run_id"]])
+        bases = {r["basis"] for r in store.trials(run_id=payload["run_id"]) if r["state"] == "correct"}
     assert rows and rows[0]["nodes"] >= 1 and rows[0]["snaps"] >= 1 and rows[0]["trials"] >= 1
+    assert bases == {"estimated v6e at full"}, bases  # tuned by the compiler's estimate, stored as one
 
 
 def test_optimize_declines_with_reason(tmp_path):

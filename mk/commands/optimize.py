@@ -85,6 +85,15 @@ def budget_from(args: argparse.Namespace) -> Any:
     return None if budget.unlimited else budget
 
 
+def trial_figure(data: dict[str, Any]) -> str:
+    """A tuning trial's time: measured on the device, or the compiler's estimate, labelled as one."""
+    if data.get("seconds"):
+        return f", {data['seconds'] * 1e6:.1f} us measured"
+    if data.get("estimated_s"):
+        return f", {data['estimated_s'] * 1e6:.1f} us estimated for {data.get('estimated_at') or 'the chip'} (an estimate)"
+    return ""
+
+
 def progress_printer(console: Any) -> Any:
     """The ``on_event`` callback every long command prints its progress with (one line per event)."""
 
@@ -96,7 +105,8 @@ def progress_printer(console: Any) -> Any:
         elif kind == "proposal":
             console.print(f"[cyan]iteration {data['iteration']}[/]: {data['name']} — {data['rationale']}")
         elif kind == "trial":
-            console.print(f"  trial {data['params']}: {data['status']}" + (f" ({data['reason']})" if data["status"] != "correct" else ""))
+            console.print(f"  trial {data['params']}: {data['status']}" + (f" ({data['reason']})" if data["status"] != "correct" else "")
+                          + trial_figure(data))
         elif kind == "search":
             console.print(f"search run {data['run_id']} ({data['algorithm']}; {data['resumed_nodes']} nodes already done)")
         elif kind == "level":

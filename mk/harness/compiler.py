@@ -37,6 +37,8 @@ _state: dict[str, Any] = {"devices": {}}
 
 #: ``ptxas -v`` on one dumped PTX file is given at most this long
 PTXAS_S = 120.0
+#: libtpu's flag that dumps its static schedule (set only in an estimate worker: :func:`environment`)
+_ESTIMATE_FLAG = "--xla_jf_dump_static_llo_profile_to"
 
 
 def environment(kind: str, workdir: Path, estimate: bool = False) -> dict[str, str]:
@@ -51,7 +53,7 @@ def environment(kind: str, workdir: Path, estimate: bool = False) -> dict[str, s
         env.update(TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_WORKER_HOSTNAMES="localhost",
                    TPU_ACCELERATOR_TYPE="v6e-1")
         if estimate:
-            env["LIBTPU_INIT_ARGS"] = f"--xla_jf_dump_static_llo_profile_to={workdir / 'llo'}"
+            env["LIBTPU_INIT_ARGS"] = f"{_ESTIMATE_FLAG}={workdir / 'llo'}"
     else:
         cuda = chips.cuda_dir()
         flags = [f"--xla_dump_to={workdir / 'dump'}"] + ([f"--xla_gpu_cuda_data_dir={cuda}"] if cuda else [])
@@ -107,8 +109,13 @@ def compile_program(request: dict[str, Any]) -> dict[str, Any]:
                              "temp_bytes": int(getattr(memory, "temp_size_in_bytes", 0) or 0)}
     if chip.kind == "tpu":
         cycles = static_cycles(llo)
-        reply["kernels"] = [{**k, "estimated_cycles": cycles.pop(k["instruction"], None)}
-                            for k in tpu_kernels(compiled.as_text())]
+        text = compiled.as_text()
+        reply["kernels"] = [{**k, "estimated_cycles": cycles.pop(k["instruction"], None)} for k in tpu_kernels(text)]
+        reply["loops"] = len(_WHILE.findall(text))
+        if _ESTIMATE_FLAG in os.environ.get("LIBTPU_INIT_ARGS", ""):  # an estimate worker: the blocks fetched again
+            from mk.harness.mosaic_traffic import refetched_bytes
+
+            reply["refetched_bytes"] = refetched_bytes(exported.mlir_module())
         if cycles:  # what the schedule shows outside the Pallas kernels: XLA's own fusions and copies
             reply["xla_estimated_cycles"] = sum(cycles.values())
         reply["bytes_accessed"] = _bytes_accessed(compiled)
@@ -145,6 +152,7 @@ def _bytes_accessed(compiled: Any) -> float | None:
     return float(value) if value is not None and value >= 0 else None
 
 
+_WHILE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=.*?\swhile\(", re.MULTILINE)
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*custom_call_target=\"tpu_custom_call\"")
 _SCOPED = re.compile(r'\\?"used_scoped_memory_configs\\?":\s*\[([^\]]*)\]')
 _SIZE = re.compile(r'\\?"size\\?":\s*\\?"?(\d+)')

@@ -6,11 +6,13 @@ A compiled TPU program's time is estimated as the larger of
   (:class:`~mk.harness.results.CompileResult`), at the chip's ``static_schedule_hz`` (data/hardware.json: the rate
   at which libtpu's estimate of XLA's own large bf16 matmul would run at the published peak, measured by
   ``python -m evals.estimate_sanity``);
-- memory: the bytes it moves over the chip's HBM bandwidth. XLA counts the bytes of its own programs; it cannot
-  count a Pallas kernel's, so for those the program's arguments and results once each (a lower bound: blocks
-  fetched again are not counted yet).
+- memory: the bytes it moves over the chip's HBM bandwidth. XLA counts the bytes of its own programs and a Pallas
+  kernel's operands once; the blocks a kernel fetches again (a matmul's row block per column block) are added from
+  its windows over the grid (:mod:`mk.harness.mosaic_traffic`). A kernel's own DMAs (``pl.ANY``) stay counted once
+  (a lower bound).
 
-The static schedule does not model HBM stalls (``evals/results/estimate_sanity.md``: an elementwise kernel's
+A program with an XLA loop (``while``: a ``fori_loop`` or ``scan`` around kernels) has no estimate: the schedule and
+XLA's byte count give a loop's body once, whatever its trip count. The static schedule does not model HBM stalls (``evals/results/estimate_sanity.md``: an elementwise kernel's
 schedule is about half its HBM time), which is why the memory side is there. The speedup is the reference's
 program, compiled for the same chip at the same size, over the candidate's. Nothing here ran on a chip: the
 estimate never replaces a measurement, is never a verdict's ``speedup`` and never counts in ``fast_p``.
@@ -19,7 +21,7 @@ estimate never replaces a measurement, is never a verdict's ``speedup`` and neve
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from mk.harness.results import CompileResult, SpeedEstimate
 
@@ -27,72 +29,119 @@ log = logging.getLogger(__name__)
 
 
 def model_words(spec: Any) -> str:
-    return (f"libtpu's static schedule at {spec.static_schedule_hz / 1e9:.2f} GHz against the bytes moved over "
-            f"{spec.hbm_bandwidth / 1e12:.2f} TB/s of HBM, the larger")
+    return (f"libtpu's static schedule at {spec.static_schedule_hz / 1e9:.2f} GHz against the bytes moved, blocks "
+            f"fetched again included, over {spec.hbm_bandwidth / 1e12:.2f} TB/s of HBM, the larger")
 
 
-def program_seconds(result: CompileResult, spec: Any) -> tuple[float, str] | None:
-    """(estimated seconds, ``compute`` or ``memory``) of one compiled program, or None without the figures."""
-    if not result.ok or not spec.static_schedule_hz:
-        return None
-    cycles = sum(k.estimated_cycles or 0 for k in result.kernels) + (result.xla_estimated_cycles or 0)
+class NoEstimate(Exception):
+    """Why a verdict has no estimate (its flag's words)."""
+
+
+def program_seconds(result: CompileResult, spec: Any) -> tuple[float, str]:
+    """(estimated seconds, ``compute`` or ``memory``) of one compiled program; raises :class:`NoEstimate` without
+    the figures, or for a program with an XLA loop: libtpu's schedule and XLA's byte count give a loop's body once,
+    whatever its trip count (a Pallas kernel's own loops are counted with their trips)."""
+    if not result.ok:
+        raise NoEstimate(f"it did not compile ({result.error[:200]})")
+    if result.loops:
+        raise NoEstimate(f"it has {result.loops} XLA loop(s), whose body the static schedule counts once")
+    if not spec.static_schedule_hz:
+        raise NoEstimate(f"no static-schedule rate is known for {spec.name}")
+    cycles = result.estimated_cycles
     if not cycles:
-        return None
+        raise NoEstimate("the compiler gave no static schedule for it")
     compute = cycles / spec.static_schedule_hz
-    moved = result.bytes_accessed or result.io_bytes or 0
+    # XLA counts a kernel's operands once; its blocks fetched again over the grid are added (where known)
+    moved = (result.bytes_accessed or result.io_bytes or 0) + (result.refetched_bytes or 0)
     memory = moved / spec.hbm_bandwidth
     return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
-def speedup(kernel: CompileResult, baseline: CompileResult, spec: Any) -> SpeedEstimate | None:
+def speedup(kernel: CompileResult, baseline: CompileResult, spec: Any) -> SpeedEstimate:
     """The estimated speedup of ``kernel``'s program over ``baseline``'s (the reference), both compiled for ``spec``
-    at the same scale; None when either lacks the figures."""
-    k, b = program_seconds(kernel, spec), program_seconds(baseline, spec)
-    if k is None or b is None or k[0] <= 0:
-        return None
+    at the same scale; raises :class:`NoEstimate` when either lacks the figures."""
+    k = _seconds("the candidate's program", kernel, spec)
+    b = _seconds("the reference's program", baseline, spec)
     return SpeedEstimate(chip=spec.name, scale=kernel.scale, kernel_s=k[0], kernel_bound=k[1], baseline_s=b[0],
-                         baseline_bound=b[1], speedup=b[0] / k[0], model=model_words(spec))
+                         baseline_bound=b[1], estimated_speedup=b[0] / k[0], model=model_words(spec))
 
 
-#: the reference's compiled program per (task fingerprint, scale, chip): tuning judges one task many times
-_baselines: dict[tuple[str, str, str], CompileResult] = {}
+def _seconds(what: str, result: CompileResult, spec: Any) -> tuple[float, str]:
+    try:
+        found = program_seconds(result, spec)
+    except NoEstimate as exc:
+        raise NoEstimate(f"{what}: {exc}") from None
+    if found[0] <= 0:
+        raise NoEstimate(f"{what}: no time")
+    return found
 
 
-def for_verdict(task: Any, programs: dict[str, bytes], chip: Any, scales: dict[str, Any]) -> SpeedEstimate | None:
-    """The estimate for a verdict: at the largest of ``scales`` (name -> Scale: the task's judged sizes and the
-    declared sizes the verdict claims, such as ``full``) with a device program in ``programs`` (the exported target
-    programs the verdict's compile stage compiled), that program against the reference's, which this (trusted)
-    process exports. Both compile again in an estimate worker (libtpu's static schedule on: never the verdict's own
-    worker). Raises what a compile raises; the caller makes that a flag."""
+#: the reference's compiled program (or why it has none) per (task fingerprint, scale, chip): tuning judges one task
+#: many times; and why a candidate's program has no estimate, per (program digest, chip): each is tried once
+_baselines: dict[tuple[str, str, str], CompileResult | str] = {}
+_refused: dict[tuple[str, str], str] = {}
+
+#: an estimate compile is given this many times the verdict's own compile of the program (at least MIN_DEADLINE_S):
+#: libtpu's schedule dump can make a compile the verdict's worker finished in seconds run for minutes
+DEADLINE_FACTOR = 4.0
+MIN_DEADLINE_S = 60.0
+
+
+def for_verdict(task: Any, programs: dict[str, bytes], chip: Any, scales: dict[str, Any], *,
+                reference: Callable[[str], bytes], memory_mb: int, compiled_s: dict[str, float]) -> SpeedEstimate:
+    """The estimate for a verdict: at the largest of ``scales`` (name -> Scale: the task's judged sizes, the declared
+    sizes the verdict claims or compiled, such as ``full``) with a device program in ``programs`` (the exported
+    target programs the verdict's compile stage compiled), that program against the reference's
+    (``reference(scale)``: the judge's own export, as timed on a device). Both compile again in an estimate worker
+    (libtpu's static schedule on: never the verdict's own worker) within :data:`DEADLINE_FACTOR` times the verdict's
+    compile seconds (``compiled_s``). Raises :class:`NoEstimate` with the reason; a failure is remembered."""
+    import hashlib
     import math
 
     import numpy as np
 
     from mk.harness import chipcheck
-    from mk.harness.process import default_memory_limit_mb
     from mk.hardware import get_spec
 
     spec = get_spec(chip.name)
     if not spec.static_schedule_hz:
-        return None
+        raise NoEstimate(f"no static-schedule rate is known for {chip.name}")
     names = [s for s in scales if s in programs]
     if not names:
-        return None
+        raise NoEstimate("no device program to estimate")
 
     def size(name: str) -> int:
         t = task.with_scales({name: scales[name]})
         return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in t.arg_structs(name))
 
     scale = max(names, key=size)
-    results, flags = chipcheck.compile_scales(chip, {scale: programs[scale]}, set(), memory_mb=default_memory_limit_mb(),
-                                              strict=False, estimate=True)
-    if not results:
-        raise chipcheck.CompileRefused("timeout", (flags or ["the estimate's compile did not finish"])[-1])
+    deadline = min(chipcheck.COMPILE_S, max(MIN_DEADLINE_S, DEADLINE_FACTOR * compiled_s.get(scale, 0.0)))
+
+    def compiled(what: str, blob: bytes) -> CompileResult:
+        results, flags = chipcheck.compile_scales(chip, {scale: blob}, set(), memory_mb=memory_mb, deadline_s=deadline,
+                                                  strict=False, estimate=True)
+        if not results:
+            raise NoEstimate(f"{what} did not compile for it within {deadline:.0f} s: {(flags or ['no result'])[-1]}")
+        return results[0]
+
+    mine = (hashlib.sha256(programs[scale]).hexdigest(), chip.name)
+    if mine in _refused:
+        raise NoEstimate(_refused[mine])
+    try:
+        kernel = compiled("the candidate's program", programs[scale])
+        _seconds("the candidate's program", kernel, spec)  # before the reference is compiled at all
+    except NoEstimate as exc:
+        _refused[mine] = str(exc)
+        raise
     at = task.with_scales({scale: scales[scale]})
     key = (at.fingerprint(), scale, chip.name)
     baseline = _baselines.get(key)
     if baseline is None:
-        baseline = chipcheck.compile_function(at.bind(at.reference, scale), *at.arg_structs(scale), chip=chip.name,
-                                              scale=scale, estimate=True)
+        try:
+            baseline = compiled("the reference's program", reference(scale))
+        except NoEstimate as exc:
+            baseline = str(exc)
         _baselines[key] = baseline
-    return speedup(results[0], baseline, spec)
+    if isinstance(baseline, str):
+        raise NoEstimate(baseline)
+    return speedup(kernel, baseline, spec)

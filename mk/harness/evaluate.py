@@ -249,6 +249,8 @@ def evaluate(
         reason += gradient_check(run)  # a written backward against the reference's VJP (mk/harness/gradient.py)
         timing_res, cost_res = _time_and_cost(run)
         _run_claimed(run)
+        if run.measure and not _wants_timing(run):  # no device here: the compiler's estimate, labelled as one
+            run.estimate = _estimate(run)  # after the claims: it says whether the verdict claims its size
         if run.covered:
             reason += (f"; one case at {' and '.join(run.covered)} (compiled only, the judged sizes' code) matches too, "
                        "so the envelope claims it")
@@ -894,8 +896,6 @@ def _time_and_cost(run: _Run) -> tuple[TimingResult, CostResult | None]:
                               note="XLA cost analysis of the exported program (compiled by the judge's runner)")
         run.seconds["cost"] = time.perf_counter() - t0
     if not _wants_timing(run):
-        if run.measure:  # timing asked for and no device here: the compiler's estimate, labelled as one
-            run.estimate = _estimate(run)
         return not_measured(_no_timing(run), run.timed), cost
     cases = [c for c in run.suite.cases if c.scale == run.timed]
     dist = cases[0].distribution
@@ -1018,26 +1018,34 @@ def _pins_highest(task: Task) -> bool:
 
 
 def _estimate(run: _Run) -> Any:
-    """The estimated speedup over XLA at the largest judged or claimed size (:mod:`mk.harness.estimate`); a flag,
-    never the verdict, when it cannot be had."""
+    """The estimated speedup over XLA at the largest size the verdict judged, claims, or compiled for the chip (a
+    declared size such as ``full`` under ``--scale ci``: the size the user runs, labelled not judged there unless
+    claimed) (:mod:`mk.harness.estimate`); a flag with the reason, never the verdict, when it cannot be had."""
     from mk.harness import estimate
-    from mk.harness.chipcheck import CompileRefused
 
     if run.chip is None or run.chip.kind != "tpu" or not any(c.ok for c in run.compiled):
         return None
     declared = {**run.task.compile_only, **run.task.scales}
-    scales = {s: declared[s] for s in (*run.suite.scales, *run.covered) if s in declared}
+    judged = {*run.suite.scales, *run.covered}
+    mine = [c for c in run.compiled if c.ok and c.chip == run.chip.name]
+    compiled = {c.scale for c in mine if c.scale in run.compile_scales}
+    scales = {s: declared[s] for s in sorted({*judged, *compiled}) if s in declared}
     t0 = time.perf_counter()
     try:
-        return estimate.for_verdict(run.task, run.device_programs, run.chip, scales)
+        found = estimate.for_verdict(run.task, run.device_programs, run.chip, scales,
+                                     reference=lambda scale: _refs(run).export(scale, (run.target.platform,)),
+                                     memory_mb=run.memory_mb, compiled_s={c.scale: c.seconds for c in mine})
+        return found.model_copy(update={"judged": found.scale in judged})
+    except estimate.NoEstimate as exc:
+        run.flags.append(f"no speed estimate on {run.chip.name}: {_last_line(str(exc))}")
+    except (ChildFailed, MkError) as exc:
+        run.flags.append(f"no speed estimate on {run.chip.name}: {_last_line(str(getattr(exc, 'reason', exc)))}")
     except Exception as exc:  # noqa: BLE001 - information beside the verdict: never its cause
-        if not isinstance(exc, (CompileRefused, ChildFailed, MkError)):
-            log.warning("no speed estimate for %s", run.task.name, exc_info=True)
-        run.flags.append(f"no speed estimate: the reference's program did not compile for {run.chip.name} "
-                         f"({_last_line(str(getattr(exc, 'reason', exc)))})")
-        return None
+        log.warning("no speed estimate for %s", run.task.name, exc_info=True)
+        run.flags.append(f"no speed estimate on {run.chip.name}: {type(exc).__name__}: {_last_line(str(exc))}")
     finally:
         run.seconds["estimate"] = time.perf_counter() - t0
+    return None
 
 
 def _wants_timing(run: _Run) -> bool:

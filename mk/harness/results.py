@@ -127,6 +127,16 @@ class CompileResult(BaseModel):
     bytes_accessed: Optional[float] = None
     #: the program's arguments and results, in bytes: what any implementation moves at least once
     io_bytes: Optional[int] = None
+    #: TPU, for the estimate: bytes its Pallas kernels' pipelined blocks move beyond each array once (blocks
+    #: fetched again, from their windows over the grid: :mod:`mk.harness.mosaic_traffic`; unknown windows count 0)
+    refetched_bytes: Optional[int] = None
+    #: XLA ``while`` loops in the compiled program (their bodies appear once in the schedule and the byte count)
+    loops: Optional[int] = None
+
+    @property
+    def estimated_cycles(self) -> int:
+        """libtpu's static schedule of the whole program: its Pallas kernels and XLA's own fusions (an estimate)."""
+        return sum(k.estimated_cycles or 0 for k in self.kernels) + (self.xla_estimated_cycles or 0)
 
     @property
     def spill_bytes(self) -> int:
@@ -221,12 +231,17 @@ class SpeedEstimate(BaseModel):
     kernel_bound: Literal["compute", "memory"]
     baseline_s: float
     baseline_bound: Literal["compute", "memory"]
-    speedup: float
+    #: the reference's estimated time over the candidate's (named so that no reader takes it for a measured speedup)
+    estimated_speedup: float
     #: how it was estimated, in words (the label carries it everywhere the estimate appears)
     model: str
+    #: the verdict judged (or claims) this scale; False: a declared size the candidate's program was only compiled
+    #: at (the size the user runs, where tuning ranks configs), not judged there
+    judged: bool = True
 
     def label(self) -> str:
-        return (f"estimated {self.speedup:.2f}x over XLA on {self.chip} at {self.scale} (kernel "
+        where = self.scale if self.judged else f"{self.scale} (compiled there, not judged there)"
+        return (f"estimated {self.estimated_speedup:.2f}x over XLA on {self.chip} at {where} (kernel "
                 f"{self.kernel_s * 1e6:.1f} us, {self.kernel_bound}-bound; XLA {self.baseline_s * 1e6:.1f} us, "
                 f"{self.baseline_bound}-bound; {self.model}); an estimate, not a measurement")
 

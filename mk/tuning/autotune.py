@@ -6,9 +6,13 @@ that fails is a *failed trial with its reason*, never an exception. The winner
 is re-verified on the whole suite. Trials live in the mk DuckDB file through
 the Optuna journal backend, so an interrupted study resumes where it stopped.
 
-Without a device of the target's kind nothing can be timed, so configs cannot
-be ranked by speed: the tuner then only establishes which configs are valid,
-keeps the candidate's default (or the first valid one) and says so.
+Without a device of the target's kind nothing can be timed. Where the judge
+gives the chip compiler's estimate instead (``EvalResult.estimate``: TPU, see
+:mod:`mk.harness.estimate`), configs are ranked by the estimated kernel time at
+the size the estimate describes (the largest compiled, usually the task's own),
+and every figure says it is an estimate. Otherwise the tuner only establishes
+which configs are valid, keeps the candidate's default (or the first valid one)
+and says so.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from mk.task import Task
 log = logging.getLogger(__name__)
 
 
+#: estimated kernel times closer than this are a tie: the default config is kept (an estimate's resolution)
+ESTIMATE_TIE = 0.02
+
+
 class _TrialFailed(Exception):
     """Raised inside the objective so Optuna records a FAIL with the reason."""
 
@@ -37,7 +45,11 @@ class TrialOutcome:
     params: dict[str, Any]
     status: str
     reason: str
+    #: measured on the device (median kernel seconds), or None
     seconds: float | None = None
+    #: without the device: the compiler's estimated kernel seconds at ``estimated_at`` (never a measurement)
+    estimated_s: float | None = None
+    estimated_at: str = ""
 
 
 @dataclass
@@ -46,6 +58,8 @@ class TuneResult:
     result: EvalResult | None
     trials: list[TrialOutcome] = field(default_factory=list)
     measured: bool = False
+    #: ranked by the compiler's estimate (no device): an estimate, never a measurement
+    estimated: bool = False
     note: str = ""
 
 
@@ -113,10 +127,16 @@ def autotune(
         res = seen.get(key(params)) or evaluate(task, candidate, target=target, suite=fast, config=params)
         seen[key(params)] = res
         seconds = res.timing.candidate_median_s if res.timing and res.timing.measured else None
-        outcome = TrialOutcome(trial.number, params, res.status, res.reason, seconds)
+        est = res.estimate if seconds is None and res.status == "correct" else None
+        at = f"{est.chip} at {est.scale}" if est is not None else ""
+        outcome = TrialOutcome(trial.number, params, res.status, res.reason, seconds,
+                               est.kernel_s if est is not None else None, at)
         outcomes.append(outcome)
         if store is not None:
-            store.record_trial(run_id, node_id, study.study_name, trial.number, params, res.status, seconds, res.reason)
+            value, basis = (seconds, "measured") if seconds is not None else (outcome.estimated_s, f"estimated {at}") \
+                if est is not None else (None, None)
+            store.record_trial(run_id, node_id, study.study_name, trial.number, params, res.status, value, res.reason,
+                               basis=basis)
         if on_trial:
             on_trial(outcome)
         trial.set_user_attr("status", res.status)
@@ -125,7 +145,8 @@ def autotune(
             raise optuna.TrialPruned(res.reason)  # the chip's compiler refused the config: pruned, with its reason
         if res.status != "correct":
             raise _TrialFailed(res.reason)
-        return seconds if seconds is not None else 0.0
+        trial.set_user_attr("estimated_at", at)
+        return seconds if seconds is not None else outcome.estimated_s or 0.0
 
     stopped: list[str] = []
 
@@ -146,16 +167,35 @@ def autotune(
     if not complete:
         reasons = "; ".join(sorted({str(t.user_attrs.get("reason", "failed")) for t in study.trials}))[:400]
         return TuneResult(default, None, outcomes, note=f"no config passed the fast suite: {reasons}")
-    measured = any(t.value not in (None, 0.0) for t in complete)
+    measured = any(t.value not in (None, 0.0) and not t.user_attrs.get("estimated_at") for t in complete)
+    # ranked by the estimate only when every valid config has one, of the same chip and size
+    places = {t.user_attrs.get("estimated_at") or "" for t in complete}
+    estimated = not measured and len(places) == 1 and "" not in places
     if measured:
         best = min(complete, key=lambda t: t.value).params
         note = "fastest correct config on the fast subset"
+    elif estimated:
+        best, note = _by_estimate(complete, default, places.pop())
     else:
         valid = [t.params for t in complete]
         best = default if default in valid else valid[0]
         note = "speed not measured on this machine for this target: kept the default config among the valid ones"
     final = evaluate(task, candidate, target=target, suite=suite, config=best, **_kept_options(evaluate, target))
-    return TuneResult(best, final, outcomes, measured=measured, note=note)
+    return TuneResult(best, final, outcomes, measured=measured, estimated=estimated, note=note)
+
+
+def _by_estimate(complete: list[Any], default: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
+    """The config the compiler's estimate ranks first, unless the default's estimate is within
+    :data:`ESTIMATE_TIE` of it: the model cannot tell such configs apart (a memory-bound kernel's estimate is its
+    bytes over the bandwidth whatever its blocks), so the default is kept and the note says why."""
+    first = min(complete, key=lambda t: t.value)
+    base = next((t for t in complete if t.params == default), None)
+    words = f"for {where} ({len(complete)} valid configs compiled; an estimate, not a measurement)"
+    if base is not None and base.value <= first.value * (1 + ESTIMATE_TIE):
+        spread = max(t.value for t in complete) / first.value - 1
+        return default, (f"kept the default config: the compiler's estimate ranks no config more than "
+                         f"{ESTIMATE_TIE:.0%} faster {words}; the estimates differ by {spread:.1%} in all")
+    return first.params, f"fastest correct config by the compiler's estimate {words}"
 
 
 def _kept_options(evaluate: Callable[..., EvalResult], target: str) -> dict[str, Any]:
