@@ -201,6 +201,30 @@ def test_without_another_declared_scale_tied_statics_stay_fixed():
     assert not {"num_heads", "head_dim"} & {p.var.name for p in probes.probes}
 
 
+def test_a_value_of_a_dim_and_tied_statics_in_no_known_form_keeps_the_form_in_the_dim():
+    """A reviewer's case: ``B * h * (n + r)`` with h, n, r tied statics fits no form over all four; before the statics
+    were probed it was ``192 * B`` (the statics at their values), and it still is: the tied statics are held, not the
+    whole value (``Probes.dim`` raised)."""
+    from mk.author.probe import Probe, Probes, Var
+
+    names = {"B": 4, "h": 2, "n": 64, "r": 32}
+    variables = {k: Var(k, k, "dim", v) for k, v in names.items()}
+    moves = [("B", 8), ("B", 12), ("h", 4), ("h", 6), ("n", 128), ("n", 192), ("r", 64), ("r", 96)]
+
+    def size(env):
+        return env["B"] * env["h"] * (env["n"] + env["r"])
+
+    class _Task:
+        name = "tied"
+
+    probes = Probes(_Task(), None, list(variables.values()), [Probe(variables[k], v, None) for k, v in moves],
+                    tied=["h", "n", "r"])
+    values = [size(names)] + [size({**names, k: v}) for k, v in moves]
+    assert probes.dim(values) == "(192 * B)"
+    same = [size(names)] + [size({**names, k: v}) if k != "B" else size(names) for k, v in moves]
+    assert probes.dim(same) == str(size(names))  # only the tied statics move it: its number, as before
+
+
 def test_a_product_that_is_linear_along_each_probe_is_not_written_as_a_line():
     """A reviewer's case: ``pad(x, 1 column).reshape(-1)`` has B * (S + 1) elements, a straight line along each
     one-variable probe; a line through them (9 * B + 4 * S - 32) is wrong where both move, so no expression is

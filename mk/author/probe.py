@@ -26,7 +26,7 @@ import itertools
 import keyword
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
@@ -194,11 +194,17 @@ class Probes:
             if got is not None:
                 return got
         got = _fit_monomial(self, deps, vals, integer, tol) or _fit_sum(self, deps, vals, integer, tol)
-        if got is None and all(var.name in self.tied for var, _ in deps) and math.isfinite(y0):
-            log.info("task %s: %r depends on %s through no known form: written as its number", self.task.name,
-                     values[0], ", ".join(var.name for var, _ in deps))
+        if got is not None or not any(var.name in self.tied for var, _ in deps) or not math.isfinite(y0):
+            return got
+        log.info("task %s: %r depends on %s through no known form: the tied statics written as their numbers",
+                 self.task.name, values[0], ", ".join(var.name for var, _ in deps))
+        free = [var for var, _ in deps if var.name not in self.tied]
+        if not free:
             return str(int(y0)) if integer and float(y0).is_integer() else repr(float(y0))
-        return got
+        # as before the tied statics were probed: a form in the other variables, the statics at their values
+        ks = [k for k, probe in enumerate(self.probes, 1) if probe.var.name in {v.name for v in free}]
+        held = replace(self, vars=free, probes=[self.probes[k - 1] for k in ks], tied=[], _peers=None, _lits=None)
+        return held.fit([values[0]] + [values[k] for k in ks], integer, dtype)
 
     def literal_expr(self, lit: Any) -> str | None:
         """The expression a literal of the base jaxpr stands for, or None when it is a plain number."""
