@@ -26,16 +26,29 @@ def _compiled(cycles: int = 40_000, **update) -> CompileResult:
     return base.model_copy(update=update)
 
 
+def _xla(flops: float, nbytes: float, **update) -> CompileResult:
+    """A program of XLA alone (the reference): no kernels, XLA's own counts."""
+    return CompileResult(chip="v6e", scale="full", ok=True, flops=flops, bytes_accessed=nbytes,
+                         io_bytes=2 * 8192 * 1024 * 4).model_copy(update=update)
+
+
 def test_a_program_with_an_xla_loop_has_no_estimate():
     # libtpu's schedule and XLA's byte count give a while body once: 100 trips would read as one
     with pytest.raises(estimate.NoEstimate, match="XLA loop"):
         estimate.program_seconds(_compiled(loops=1), V6E)
     with pytest.raises(estimate.NoEstimate, match="did not compile"):
         estimate.program_seconds(_compiled(ok=False, error="RESOURCE_EXHAUSTED"), V6E)
-    with pytest.raises(estimate.NoEstimate, match="no static schedule"):
-        estimate.program_seconds(_compiled(cycles=0), V6E)
+    with pytest.raises(estimate.NoEstimate, match="no figures"):
+        estimate.program_seconds(_compiled(kernels=[], io_bytes=0), V6E)
     seconds, bound = estimate.program_seconds(_compiled(), V6E)
     assert bound == "memory" and seconds == pytest.approx(2 * 8192 * 1024 * 4 / V6E.hbm_bandwidth)
+    # a kernel's cost_estimate cannot make it move less than its arguments and results once
+    assert estimate.program_seconds(_compiled(bytes_accessed=1.0), V6E)[0] == pytest.approx(seconds)
+    with pytest.raises(estimate.NoEstimate, match="no static schedule for kernel k"):
+        estimate.program_seconds(_compiled(cycles=0, flops=1e12), V6E)
+    # XLA alone: its roofline (flops at the bf16 peak, bytes over the bandwidth)
+    xla, bound = estimate.program_seconds(_xla(918e12 * 1e-3, 1e6), V6E)
+    assert bound == "compute" and xla == pytest.approx(1e-3)
     # blocks fetched again count: 64 MiB more over the bandwidth
     more, _ = estimate.program_seconds(_compiled(refetched_bytes=64 << 20), V6E)
     assert more == pytest.approx(seconds + (64 << 20) / V6E.hbm_bandwidth)
@@ -43,16 +56,19 @@ def test_a_program_with_an_xla_loop_has_no_estimate():
 
 @pytest.fixture
 def compiles(monkeypatch):
-    """chipcheck.compile_scales replaced: each call recorded; programs named b"bad..." do not finish."""
+    """chipcheck.compile_scales replaced: each call recorded; programs named b"bad..." do not finish; b"ref..." is a
+    program of XLA alone (400,000 cycles' worth of flops at the peak), any other one has a Pallas kernel."""
     calls = []
 
     def fake(chip, programs, judged, *, memory_mb, deadline_s, strict, estimate):
         ((scale, blob),) = programs.items()
-        calls.append((blob, deadline_s, memory_mb))
-        assert estimate and not strict
+        calls.append((blob, deadline_s, memory_mb, estimate))
+        assert not strict
         if blob.startswith(b"bad"):
             return [], [f"the v6e compile at scale {scale} did not finish: ran past its limit"]
-        return [_compiled(cycles=400_000 if blob.startswith(b"ref") else 40_000)], []
+        if blob.startswith(b"ref"):
+            return [_xla(400_000 / V6E.static_schedule_hz * 918e12, 1e6)], []
+        return [_compiled(cycles=40_000 if estimate else None)], []
 
     monkeypatch.setattr(chipcheck, "compile_scales", fake)
     monkeypatch.setattr(estimate, "_baselines", {})
@@ -80,10 +96,12 @@ def test_at_the_largest_size_within_a_few_times_the_verdicts_own_compile(compile
     found, asked = _verdict(b"kernel", b"ref", {"full": 30.0})
     expected = (400_000 / V6E.static_schedule_hz) / (2 * 8192 * 1024 * 4 / V6E.hbm_bandwidth)  # compute / memory
     assert found.scale == "full" and found.estimated_speedup == pytest.approx(expected) and asked == ["full"]
-    assert [c[1:] for c in compiles] == [(4 * 30.0, 4096), (4 * 30.0, 4096)]  # the user's memory limit, not a default
+    # the candidate as the verdict compiled it, then with the schedule (it has a kernel); the reference as compiled
+    assert [(c[0], c[3]) for c in compiles] == [(b"kernel", False), (b"kernel", True), (b"ref", False)]
+    assert {c[1:3] for c in compiles} == {(4 * 30.0, 4096)}  # the user's memory limit, not a default
     compiles.clear()
     _verdict(b"kernel2", b"ref")  # the reference is compiled once per task, size and chip
-    assert [c[0] for c in compiles] == [b"kernel2"] and compiles[0][1] == estimate.MIN_DEADLINE_S
+    assert [c[0] for c in compiles] == [b"kernel2", b"kernel2"] and compiles[0][1] == estimate.MIN_DEADLINE_S
 
 
 def test_a_candidate_that_does_not_compile_for_the_estimate_is_tried_once_and_the_reference_never(compiles):
@@ -99,12 +117,12 @@ def test_a_reference_that_does_not_compile_is_tried_once_per_task_and_named(comp
     assert isinstance(found, estimate.NoEstimate) and "the reference's program did not compile" in str(found)
     compiles.clear()
     other, asked = _verdict(b"kernel3", b"bad ref")
-    assert "the reference's program" in str(other) and [c[0] for c in compiles] == [b"kernel3"] and asked == []
+    assert "the reference's program" in str(other) and {c[0] for c in compiles} == {b"kernel3"} and asked == []
 
 
 def test_the_estimate_is_never_called_a_speedup():
     fields = set(estimate.SpeedEstimate.model_fields)
     assert "speedup" not in fields and "estimated_speedup" in fields
-    e = estimate.speedup(_compiled(), _compiled(cycles=4_000_000), V6E)
+    e = estimate.speedup(_compiled(), _xla(1e15, 1e6), V6E)
     assert e.label().startswith("estimated ") and e.label().endswith("an estimate, not a measurement")
     assert jnp.isfinite(e.estimated_speedup)

@@ -118,7 +118,7 @@ def compile_program(request: dict[str, Any]) -> dict[str, Any]:
             reply["refetched_bytes"] = refetched_bytes(exported.mlir_module())
         if cycles:  # what the schedule shows outside the Pallas kernels: XLA's own fusions and copies
             reply["xla_estimated_cycles"] = sum(cycles.values())
-        reply["bytes_accessed"] = _bytes_accessed(compiled)
+        reply["flops"], reply["bytes_accessed"] = _cost(compiled)
         reply["io_bytes"] = sum(math.prod(a.shape) * a.dtype.itemsize for a in (*exported.in_avals, *exported.out_avals))
     else:
         reply["kernels"] = gpu_kernels(dump, chip.sm_arch, compiled.as_text())
@@ -141,15 +141,21 @@ def static_cycles(llo: Path) -> dict[str, int]:
     return cycles
 
 
-def _bytes_accessed(compiled: Any) -> float | None:
-    """XLA's count of the bytes the program reads and writes (a Pallas kernel's operands and results, once each)."""
+def _cost(compiled: Any) -> tuple[float | None, float | None]:
+    """XLA's cost analysis of the program: its flops and the bytes it reads and writes (a Pallas kernel's operands
+    and results once each, or what its ``cost_estimate`` declares); None where XLA gives none."""
     try:
         cost = compiled.cost_analysis()
     except Exception:  # noqa: BLE001 - a figure, not the verdict
-        return None
+        return None, None
     cost = cost[0] if isinstance(cost, list) and cost else cost
-    value = (cost or {}).get("bytes accessed") if isinstance(cost, dict) else None
-    return float(value) if value is not None and value >= 0 else None
+    cost = cost if isinstance(cost, dict) else {}
+
+    def figure(name: str) -> float | None:
+        value = cost.get(name)
+        return float(value) if value is not None and value >= 0 else None
+
+    return figure("flops"), figure("bytes accessed")
 
 
 _WHILE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=.*?\swhile\(", re.MULTILINE)

@@ -1,21 +1,27 @@
-"""Speed without the device: the chip compiler's own estimate, labelled as one (issue 23's first model).
+"""Speed without the device: the chip compiler's own figures, as an estimate labelled as one (issue 23).
 
 A compiled TPU program's time is estimated as the larger of
 
-- compute: libtpu's static-schedule cycles of its Pallas kernels and XLA's fusions
-  (:class:`~mk.harness.results.CompileResult`), at the chip's ``static_schedule_hz`` (data/hardware.json: the rate
-  at which libtpu's estimate of XLA's own large bf16 matmul would run at the published peak, measured by
-  ``python -m evals.estimate_sanity``);
-- memory: the bytes it moves over the chip's HBM bandwidth. XLA counts the bytes of its own programs and a Pallas
-  kernel's operands once; the blocks a kernel fetches again (a matmul's row block per column block) are added from
-  its windows over the grid (:mod:`mk.harness.mosaic_traffic`). A kernel's own DMAs (``pl.ANY``) stay counted once
-  (a lower bound).
+- compute: libtpu's static-schedule cycles of its Pallas kernels (:class:`~mk.harness.results.KernelFigures`) at the
+  chip's ``static_schedule_hz`` (data/hardware.json: the rate at which libtpu's estimate of XLA's own large bf16
+  matmul would run at the published peak, measured by ``python -m evals.estimate_sanity``), plus the flops XLA
+  counts outside them at the chip's bfloat16 peak (XLA's own work at its roofline);
+- memory: the bytes it moves over the chip's HBM bandwidth: XLA's count, never less than the program's arguments
+  and results once (a kernel's ``cost_estimate`` cannot lower it), plus the blocks a kernel fetches again (a
+  matmul's row block per column block), from its windows over the grid (:mod:`mk.harness.mosaic_traffic`). A
+  kernel's own DMAs (``pl.ANY``) stay counted once (a lower bound).
+
+So a program of XLA alone, the reference above all, is estimated at its roofline: a lower bound on its time, which
+keeps an estimated speedup over it conservative, and needs only the verdict's own compile (libtpu's static schedule
+dump makes a large XLA program's compile run for minutes and take gigabytes: softmax at 16384 x 8192, 143 s and
+12.8 GB against 0.75 s). Only a program with Pallas kernels compiles again with the dump, in an estimate worker.
 
 A program with an XLA loop (``while``: a ``fori_loop`` or ``scan`` around kernels) has no estimate: the schedule and
-XLA's byte count give a loop's body once, whatever its trip count. The static schedule does not model HBM stalls (``evals/results/estimate_sanity.md``: an elementwise kernel's
-schedule is about half its HBM time), which is why the memory side is there. The speedup is the reference's
-program, compiled for the same chip at the same size, over the candidate's. Nothing here ran on a chip: the
-estimate never replaces a measurement, is never a verdict's ``speedup`` and never counts in ``fast_p``.
+XLA's counts give a loop's body once, whatever its trip count (a Pallas kernel's own loops are scheduled with their
+trips). The static schedule does not model HBM stalls (``evals/results/estimate_sanity.md``), which is why the
+memory side is there. The speedup is the reference's program, compiled for the same chip at the same size, over the
+candidate's. Nothing here ran on a chip: the estimate never replaces a measurement, is never a verdict's
+``speedup`` and never counts in ``fast_p``.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ log = logging.getLogger(__name__)
 
 
 def model_words(spec: Any) -> str:
-    return (f"libtpu's static schedule at {spec.static_schedule_hz / 1e9:.2f} GHz against the bytes moved, blocks "
-            f"fetched again included, over {spec.hbm_bandwidth / 1e12:.2f} TB/s of HBM, the larger")
+    return (f"Pallas kernels by libtpu's static schedule at {spec.static_schedule_hz / 1e9:.2f} GHz, XLA at its "
+            f"roofline, against the bytes moved (blocks fetched again included) over {spec.hbm_bandwidth / 1e12:.2f} "
+            "TB/s of HBM, the larger")
 
 
 class NoEstimate(Exception):
@@ -39,21 +46,25 @@ class NoEstimate(Exception):
 
 def program_seconds(result: CompileResult, spec: Any) -> tuple[float, str]:
     """(estimated seconds, ``compute`` or ``memory``) of one compiled program; raises :class:`NoEstimate` without
-    the figures, or for a program with an XLA loop: libtpu's schedule and XLA's byte count give a loop's body once,
-    whatever its trip count (a Pallas kernel's own loops are counted with their trips)."""
+    the figures, or for a program with an XLA loop."""
+    from mk.hardware import compute_seconds, memory_seconds
+
     if not result.ok:
         raise NoEstimate(f"it did not compile ({result.error[:200]})")
     if result.loops:
         raise NoEstimate(f"it has {result.loops} XLA loop(s), whose body the static schedule counts once")
     if not spec.static_schedule_hz:
         raise NoEstimate(f"no static-schedule rate is known for {spec.name}")
-    cycles = result.estimated_cycles
-    if not cycles:
-        raise NoEstimate("the compiler gave no static schedule for it")
-    compute = cycles / spec.static_schedule_hz
-    # XLA counts a kernel's operands once; its blocks fetched again over the grid are added (where known)
-    moved = (result.bytes_accessed or result.io_bytes or 0) + (result.refetched_bytes or 0)
-    memory = moved / spec.hbm_bandwidth
+    kernels = [k for k in result.kernels if k.kind == "pallas"]
+    unscheduled = [k.name for k in kernels if not k.estimated_cycles]
+    if unscheduled:
+        raise NoEstimate(f"the compiler gave no static schedule for kernel {unscheduled[0]}")
+    compute = sum(k.estimated_cycles or 0 for k in kernels) / spec.static_schedule_hz
+    compute += compute_seconds(result.flops or 0.0, spec, "bfloat16")
+    moved = max(result.bytes_accessed or 0.0, float(result.io_bytes or 0)) + (result.refetched_bytes or 0)
+    if compute <= 0 and moved <= 0:
+        raise NoEstimate("the compiler gave no figures for it")
+    memory = memory_seconds(moved, spec)
     return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
@@ -92,9 +103,10 @@ def for_verdict(task: Any, programs: dict[str, bytes], chip: Any, scales: dict[s
     """The estimate for a verdict: at the largest of ``scales`` (name -> Scale: the task's judged sizes, the declared
     sizes the verdict claims or compiled, such as ``full``) with a device program in ``programs`` (the exported
     target programs the verdict's compile stage compiled), that program against the reference's
-    (``reference(scale)``: the judge's own export, as timed on a device). Both compile again in an estimate worker
-    (libtpu's static schedule on: never the verdict's own worker) within :data:`DEADLINE_FACTOR` times the verdict's
-    compile seconds (``compiled_s``). Raises :class:`NoEstimate` with the reason; a failure is remembered."""
+    (``reference(scale)``: the judge's own export, as timed on a device). A program with Pallas kernels compiles again
+    in an estimate worker (libtpu's static schedule on: never the verdict's own worker), within
+    :data:`DEADLINE_FACTOR` times the verdict's compile seconds (``compiled_s``); one of XLA alone needs only the
+    compile the verdict makes (its roofline). Raises :class:`NoEstimate` with the reason; a failure is remembered."""
     import hashlib
     import math
 
@@ -117,9 +129,11 @@ def for_verdict(task: Any, programs: dict[str, bytes], chip: Any, scales: dict[s
     scale = max(names, key=size)
     deadline = min(chipcheck.COMPILE_S, max(MIN_DEADLINE_S, DEADLINE_FACTOR * compiled_s.get(scale, 0.0)))
 
-    def compiled(what: str, blob: bytes) -> CompileResult:
+    def compiled(what: str, blob: bytes, schedule: bool) -> CompileResult:
+        """``schedule``: in an estimate worker (libtpu's static schedule of each Pallas kernel); else as the verdict
+        compiles (cached per program: the verdict's own compile of it is reused)."""
         results, flags = chipcheck.compile_scales(chip, {scale: blob}, set(), memory_mb=memory_mb, deadline_s=deadline,
-                                                  strict=False, estimate=True)
+                                                  strict=False, estimate=schedule)
         if not results:
             raise NoEstimate(f"{what} did not compile for it within {deadline:.0f} s: {(flags or ['no result'])[-1]}")
         return results[0]
@@ -128,7 +142,9 @@ def for_verdict(task: Any, programs: dict[str, bytes], chip: Any, scales: dict[s
     if mine in _refused:
         raise NoEstimate(_refused[mine])
     try:
-        kernel = compiled("the candidate's program", programs[scale])
+        kernel = compiled("the candidate's program", programs[scale], schedule=False)
+        if any(k.kind == "pallas" for k in kernel.kernels):  # its kernels need libtpu's schedule
+            kernel = compiled("the candidate's program", programs[scale], schedule=True)
         _seconds("the candidate's program", kernel, spec)  # before the reference is compiled at all
     except NoEstimate as exc:
         _refused[mine] = str(exc)
@@ -138,7 +154,7 @@ def for_verdict(task: Any, programs: dict[str, bytes], chip: Any, scales: dict[s
     baseline = _baselines.get(key)
     if baseline is None:
         try:
-            baseline = compiled("the reference's program", reference(scale))
+            baseline = compiled("the reference's program", reference(scale), schedule=False)
         except NoEstimate as exc:
             baseline = str(exc)
         _baselines[key] = baseline

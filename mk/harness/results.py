@@ -125,6 +125,8 @@ class CompileResult(BaseModel):
     xla_estimated_cycles: Optional[int] = None
     #: XLA's count of the bytes the program reads and writes in HBM (None where XLA cannot count a Pallas kernel's)
     bytes_accessed: Optional[float] = None
+    #: XLA's count of the program's flops (a Pallas kernel's are what its ``cost_estimate`` declares, else none)
+    flops: Optional[float] = None
     #: the program's arguments and results, in bytes: what any implementation moves at least once
     io_bytes: Optional[int] = None
     #: TPU, for the estimate: bytes its Pallas kernels' pipelined blocks move beyond each array once (blocks
