@@ -184,6 +184,15 @@ def test_without_the_device_configs_are_ranked_by_the_compilers_estimate_and_say
         update={"estimate": _estimated(kernel_us[kw["config"]["a"]], "ci" if kw["config"]["a"] == 4 else "full")})
     result = autotune(task, cand, target="tpu", suite=suite, evaluate=mixed, max_trials=3)
     assert result.config == {"a": 1} and not result.estimated and "kept the default" in result.note
+    # a trial measured on a device beside trials estimated here (a study resumed elsewhere) is not compared either
+    def measured_one(task, candidate, **kw):
+        res = fake_evaluate(task, candidate, **kw)
+        if kw["config"]["a"] == 4:
+            return res.model_copy(update={"estimate": None, "timing": TimingResult(measured=True, candidate_median_s=1e-9)})
+        return res
+
+    result = autotune(task, cand, target="tpu", suite=suite, evaluate=measured_one, max_trials=3)
+    assert result.config == {"a": 1} and not result.measured and "cannot be compared" in result.note, result.note
 
 
 def test_a_config_the_chips_compiler_refuses_is_a_pruned_trial_with_the_reason(files, monkeypatch):

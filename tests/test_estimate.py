@@ -22,7 +22,7 @@ V6E = get_spec("v6e")
 
 def _compiled(cycles: int = 40_000, **update) -> CompileResult:
     base = CompileResult(chip="v6e", scale="full", ok=True, kernels=[KernelFigures(name="k", estimated_cycles=cycles)],
-                         io_bytes=2 * 8192 * 1024 * 4)
+                         io_bytes=2 * 8192 * 1024 * 4, kernel_bytes=2 * 8192 * 1024 * 4)
     return base.model_copy(update=update)
 
 
@@ -39,19 +39,30 @@ def test_a_program_with_an_xla_loop_has_no_estimate():
     with pytest.raises(estimate.NoEstimate, match="did not compile"):
         estimate.program_seconds(_compiled(ok=False, error="RESOURCE_EXHAUSTED"), V6E)
     with pytest.raises(estimate.NoEstimate, match="no figures"):
-        estimate.program_seconds(_compiled(kernels=[], io_bytes=0), V6E)
-    seconds, bound = estimate.program_seconds(_compiled(), V6E)
-    assert bound == "memory" and seconds == pytest.approx(2 * 8192 * 1024 * 4 / V6E.hbm_bandwidth)
-    # a kernel's cost_estimate cannot make it move less than its arguments and results once
-    assert estimate.program_seconds(_compiled(bytes_accessed=1.0), V6E)[0] == pytest.approx(seconds)
+        estimate.program_seconds(_compiled(kernels=[], io_bytes=0, kernel_bytes=None), V6E)
     with pytest.raises(estimate.NoEstimate, match="no static schedule for kernel k"):
         estimate.program_seconds(_compiled(cycles=0, flops=1e12), V6E)
+
+
+def test_the_model_adds_what_the_kernels_and_xla_move_and_schedules_both():
+    seconds, bound = estimate.program_seconds(_compiled(), V6E)
+    assert bound == "memory" and seconds == pytest.approx(2 * 8192 * 1024 * 4 / V6E.hbm_bandwidth)
+    # the kernel's blocks and XLA's work beside it add up (XLA counts nothing for a custom call): 64 MiB more
+    more, _ = estimate.program_seconds(_compiled(bytes_accessed=float(64 << 20)), V6E)
+    assert more == pytest.approx(seconds + (64 << 20) / V6E.hbm_bandwidth)
+    # never less than the arguments and results once
+    assert estimate.program_seconds(_compiled(kernel_bytes=1), V6E)[0] == pytest.approx(seconds)
+    # traffic it cannot bound, or did not read, is no estimate
+    with pytest.raises(estimate.NoEstimate, match="cannot be bounded: kernel 1: operand 0 has no blocks"):
+        estimate.program_seconds(_compiled(traffic_unknown=["kernel 1: operand 0 has no blocks (pl.ANY)"]), V6E)
+    with pytest.raises(estimate.NoEstimate, match="not read"):
+        estimate.program_seconds(_compiled(kernel_bytes=None), V6E)
+    # XLA's work beside the kernels, scheduled in the same compile, at the same rate (not at the MXU peak)
+    beside, _ = estimate.program_seconds(_compiled(cycles=10_000_000, xla_estimated_cycles=10_000_000, flops=1.0), V6E)
+    assert beside == pytest.approx(20_000_000 / V6E.static_schedule_hz)
     # XLA alone: its roofline (flops at the bf16 peak, bytes over the bandwidth)
     xla, bound = estimate.program_seconds(_xla(918e12 * 1e-3, 1e6), V6E)
     assert bound == "compute" and xla == pytest.approx(1e-3)
-    # blocks fetched again count: 64 MiB more over the bandwidth
-    more, _ = estimate.program_seconds(_compiled(refetched_bytes=64 << 20), V6E)
-    assert more == pytest.approx(seconds + (64 << 20) / V6E.hbm_bandwidth)
 
 
 @pytest.fixture

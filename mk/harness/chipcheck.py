@@ -172,7 +172,8 @@ def _result(chip: Chip, scale: str, reply: dict[str, Any], version: str) -> Comp
                          kernels=kernels, code_bytes=reply.get("code_bytes"), temp_bytes=reply.get("temp_bytes"),
                          limits=chip.limits(), compiler=version, xla_estimated_cycles=reply.get("xla_estimated_cycles"),
                          bytes_accessed=reply.get("bytes_accessed"), io_bytes=reply.get("io_bytes"),
-                         refetched_bytes=reply.get("refetched_bytes"), loops=reply.get("loops"), flops=reply.get("flops"))
+                         kernel_bytes=reply.get("kernel_bytes"), traffic_unknown=list(reply.get("traffic_unknown") or []),
+                         loops=reply.get("loops"), flops=reply.get("flops"))
 
 
 #: the lines of a compiler error that say which limit, which buffer and how many bytes

@@ -2,14 +2,15 @@
 
 A compiled TPU program's time is estimated as the larger of
 
-- compute: libtpu's static-schedule cycles of its Pallas kernels (:class:`~mk.harness.results.KernelFigures`) at the
-  chip's ``static_schedule_hz`` (data/hardware.json: the rate at which libtpu's estimate of XLA's own large bf16
-  matmul would run at the published peak, measured by ``python -m evals.estimate_sanity``), plus the flops XLA
-  counts outside them at the chip's bfloat16 peak (XLA's own work at its roofline);
-- memory: the bytes it moves over the chip's HBM bandwidth: XLA's count, never less than the program's arguments
-  and results once (a kernel's ``cost_estimate`` cannot lower it), plus the blocks a kernel fetches again (a
-  matmul's row block per column block), from its windows over the grid (:mod:`mk.harness.mosaic_traffic`). A
-  kernel's own DMAs (``pl.ANY``) stay counted once (a lower bound).
+- compute: libtpu's static-schedule cycles of its Pallas kernels (:class:`~mk.harness.results.KernelFigures`) and of
+  XLA's work beside them, at the chip's ``static_schedule_hz`` (data/hardware.json: the rate at which libtpu's
+  estimate of XLA's own large bf16 matmul would run at the published peak, measured by ``python -m
+  evals.estimate_sanity``); a program of XLA alone: its flops at the chip's bfloat16 peak (its roofline);
+- memory: the bytes it moves over the chip's HBM bandwidth, never less than its arguments and results once: XLA's
+  count for its own work (it counts nothing for a custom call) plus each Pallas kernel's blocks over its grid
+  (:mod:`mk.harness.mosaic_traffic`: a matmul's row block read once per column block included; a window whose index
+  cannot be evaluated at its upper bound). Traffic that cannot be bounded (``pl.ANY`` DMAs, a grid or kernel loop
+  sized at run time, which the static schedule also counts a fixed number of times) gives no estimate.
 
 So a program of XLA alone, the reference above all, is estimated at its roofline: a lower bound on its time, which
 keeps an estimated speedup over it conservative, and needs only the verdict's own compile (libtpu's static schedule
@@ -35,8 +36,8 @@ log = logging.getLogger(__name__)
 
 
 def model_words(spec: Any) -> str:
-    return (f"Pallas kernels by libtpu's static schedule at {spec.static_schedule_hz / 1e9:.2f} GHz, XLA at its "
-            f"roofline, against the bytes moved (blocks fetched again included) over {spec.hbm_bandwidth / 1e12:.2f} "
+    return (f"Pallas kernels by libtpu's static schedule at {spec.static_schedule_hz / 1e9:.2f} GHz, XLA alone at its "
+            f"roofline, against the bytes moved (each kernel's blocks over its grid) over {spec.hbm_bandwidth / 1e12:.2f} "
             "TB/s of HBM, the larger")
 
 
@@ -46,7 +47,7 @@ class NoEstimate(Exception):
 
 def program_seconds(result: CompileResult, spec: Any) -> tuple[float, str]:
     """(estimated seconds, ``compute`` or ``memory``) of one compiled program; raises :class:`NoEstimate` without
-    the figures, or for a program with an XLA loop."""
+    the figures, for a program with an XLA loop, or with kernel traffic that cannot be bounded."""
     from mk.hardware import compute_seconds, memory_seconds
 
     if not result.ok:
@@ -59,9 +60,16 @@ def program_seconds(result: CompileResult, spec: Any) -> tuple[float, str]:
     unscheduled = [k.name for k in kernels if not k.estimated_cycles]
     if unscheduled:
         raise NoEstimate(f"the compiler gave no static schedule for kernel {unscheduled[0]}")
+    if kernels and result.kernel_bytes is None:
+        raise NoEstimate("its kernels' memory traffic was not read")
+    if result.traffic_unknown:
+        raise NoEstimate(f"its kernels' memory traffic cannot be bounded: {result.traffic_unknown[0]}")
     compute = sum(k.estimated_cycles or 0 for k in kernels) / spec.static_schedule_hz
-    compute += compute_seconds(result.flops or 0.0, spec, "bfloat16")
-    moved = max(result.bytes_accessed or 0.0, float(result.io_bytes or 0)) + (result.refetched_bytes or 0)
+    if kernels and result.xla_estimated_cycles is not None:  # scheduled beside the kernels: XLA's work at the same rate
+        compute += result.xla_estimated_cycles / spec.static_schedule_hz
+    else:  # XLA alone (the reference): at its roofline, a lower bound on its time
+        compute += compute_seconds(result.flops or 0.0, spec, "bfloat16")
+    moved = max((result.bytes_accessed or 0.0) + (result.kernel_bytes or 0), float(result.io_bytes or 0))
     if compute <= 0 and moved <= 0:
         raise NoEstimate("the compiler gave no figures for it")
     memory = memory_seconds(moved, spec)

@@ -123,15 +123,16 @@ class CompileResult(BaseModel):
     compiler: str = ""
     #: TPU: libtpu's static schedule of the program's XLA fusions and copies outside the Pallas kernels (an estimate)
     xla_estimated_cycles: Optional[int] = None
-    #: XLA's count of the bytes the program reads and writes in HBM (None where XLA cannot count a Pallas kernel's)
+    #: XLA's count of the bytes the program reads and writes in HBM, outside its Pallas kernels (it counts none of theirs)
     bytes_accessed: Optional[float] = None
-    #: XLA's count of the program's flops (a Pallas kernel's are what its ``cost_estimate`` declares, else none)
+    #: XLA's count of the program's flops, outside its Pallas kernels
     flops: Optional[float] = None
     #: the program's arguments and results, in bytes: what any implementation moves at least once
     io_bytes: Optional[int] = None
-    #: TPU, for the estimate: bytes its Pallas kernels' pipelined blocks move beyond each array once (blocks
-    #: fetched again, from their windows over the grid: :mod:`mk.harness.mosaic_traffic`; unknown windows count 0)
-    refetched_bytes: Optional[int] = None
+    #: TPU, for the estimate: the bytes its Pallas kernels' pipelined blocks move (from their windows over the grid:
+    #: :mod:`mk.harness.mosaic_traffic`; XLA's ``bytes_accessed`` counts none of them), and what could not be counted
+    kernel_bytes: Optional[int] = None
+    traffic_unknown: list[str] = Field(default_factory=list)
     #: XLA ``while`` loops in the compiled program (their bodies appear once in the schedule and the byte count)
     loops: Optional[int] = None
 

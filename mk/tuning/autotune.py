@@ -145,8 +145,11 @@ def autotune(
             raise optuna.TrialPruned(res.reason)  # the chip's compiler refused the config: pruned, with its reason
         if res.status != "correct":
             raise _TrialFailed(res.reason)
-        trial.set_user_attr("estimated_at", at)
-        return seconds if seconds is not None else outcome.estimated_s or 0.0
+        trial.set_user_attr("basis", "measured" if seconds is not None else f"estimated {at}" if est is not None else "none")
+        if seconds is not None:
+            return seconds
+        # a valid config with no figure is the worst to the sampler, never the best
+        return outcome.estimated_s if outcome.estimated_s is not None else float("inf")
 
     stopped: list[str] = []
 
@@ -167,21 +170,34 @@ def autotune(
     if not complete:
         reasons = "; ".join(sorted({str(t.user_attrs.get("reason", "failed")) for t in study.trials}))[:400]
         return TuneResult(default, None, outcomes, note=f"no config passed the fast suite: {reasons}")
-    measured = any(t.value not in (None, 0.0) and not t.user_attrs.get("estimated_at") for t in complete)
-    # ranked by the estimate only when every valid config has one, of the same chip and size
-    places = {t.user_attrs.get("estimated_at") or "" for t in complete}
-    estimated = not measured and len(places) == 1 and "" not in places
+    # ranked only when every valid config has the same kind of figure: all measured, or all estimated for the same
+    # chip and size (a resumed study can hold trials measured on a device and trials estimated here)
+    bases = {_basis(t) for t in complete}
+    measured = bases == {"measured"}
+    estimated = len(bases) == 1 and next(iter(bases)).startswith("estimated ")
     if measured:
         best = min(complete, key=lambda t: t.value).params
         note = "fastest correct config on the fast subset"
     elif estimated:
-        best, note = _by_estimate(complete, default, places.pop())
+        best, note = _by_estimate(complete, default, next(iter(bases)).removeprefix("estimated "))
     else:
         valid = [t.params for t in complete]
         best = default if default in valid else valid[0]
-        note = "speed not measured on this machine for this target: kept the default config among the valid ones"
+        note = ("speed not measured on this machine for this target: kept the default config among the valid ones"
+                if bases == {"none"} else
+                f"the valid configs' figures cannot be compared ({', '.join(sorted(bases))}): kept the default config")
     final = evaluate(task, candidate, target=target, suite=suite, config=best, **_kept_options(evaluate, target))
     return TuneResult(best, final, outcomes, measured=measured, estimated=estimated, note=note)
+
+
+def _basis(trial: Any) -> str:
+    """What a finished trial's value is: ``measured``, ``estimated <chip> at <scale>``, or ``none``."""
+    basis = trial.user_attrs.get("basis")
+    if basis:
+        return str(basis)
+    if trial.user_attrs.get("estimated_at"):  # a study begun before trials recorded their basis
+        return f"estimated {trial.user_attrs['estimated_at']}"
+    return "measured" if trial.value not in (None, 0.0) else "none"
 
 
 def _by_estimate(complete: list[Any], default: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
