@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    _sigterm_interrupts()
+    from mk import interrupts
+
+    interrupts.install()  # Ctrl-C and SIGTERM end a command as an interrupt, never lost (mk/interrupts.py)
     from mk.targets import pin_jax_to_cpu_without_devices
 
     pin_jax_to_cpu_without_devices()  # no TPU/GPU here: JAX need not try (and print) each installed plugin
@@ -115,21 +117,6 @@ def _json_usage_errors(parser: argparse.ArgumentParser, argv: list[str], command
                 hook(sub, False)
 
     hook(parser, True)
-
-
-def _sigterm_interrupts() -> None:
-    """SIGTERM (a scheduler, ``kill``, a closing terminal) ends a command like Ctrl-C: the run is marked interrupted
-    with its resume command, not left 'running'."""
-    import signal
-
-    def stop(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
-        raise KeyboardInterrupt
-
-    try:
-        signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread (mk.cli.main called from a worker thread): leave the default
-        pass
 
 
 def _print_json_error(kind: str, message: str, hint: str | None) -> None:

@@ -240,6 +240,9 @@ class Auto:
 
     def step(self, traj: Trajectory) -> PhaseResult:
         """Run the next phase of ``traj`` and return what it produced."""
+        from mk.interrupts import raise_if_pending
+
+        raise_if_pending()  # a Ctrl-C Python swallowed during the last phase (mk/interrupts.py)
         if traj.done:
             return PhaseResult("done", traj.best, True, traj.stop_reason)
         phase = traj.attempt.next_phase

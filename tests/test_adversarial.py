@@ -85,6 +85,8 @@ TASKS = {
     # rows 256: the held-out scale grows them by their unit, 128, to 384 (a 256-row block does not divide it)
     "rows256": Task("adv_tanh_mix_256", ref_tanh_mix, (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32")),
                     {"ci": Scale("ci", {"rows": 256})}, default_scale="ci"),
+    "softmax": Task("adv_softmax_rows", lambda x: jax.nn.softmax(x, axis=-1), (ArgSpec("x", ("rows", 2048), "float32"),),
+                    {"ci": Scale("ci", {"rows": 16})}),
     "mm": Task("adv_matmul", ref_matmul, (ArgSpec("x", (16, 256), "float32"), ArgSpec("y", (256, 128), "float32")),
                {"ci": Scale("ci")}, tolerance=Tolerance(1e-4, 1e-4)),
 }
@@ -319,6 +321,8 @@ EXPECTED = [
     Expect("r14_rt_state_along_core_parallel_axis.py", "tanh", "tpu", ("compile_error",), r"Core-parallel dimension"),
     Expect("r14_rt_control_revisit_any_output.py", "tanh", "tpu", ("incorrect",), r"[Rr]evisit"),
     Expect("r14_rt_control_emit_pipeline.py", "tanh", "tpu", ("correct",), r"all \d+ cases match"),
+    Expect("r15_spills_named_like_xla.py", "softmax", "gpu", ("compile_error",),
+           r"kernel wrapped_rows spills registers on h100.*--no-spills refuses it", {"no_spills": True}),
     Expect("r14_rt_control_core_parallel_v7x.py", "tanh", "tpu", ("compile_error",), r"Core-parallel dimension", kwargs={'chip': 'v7x'}),
 ]
 

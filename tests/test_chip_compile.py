@@ -235,20 +235,6 @@ def test_gpu_kernel_figures_from_ptxas():
     assert k.threads == [128, 1, 1] and k.grid[:2] == [8, 8]
 
 
-SOFTMAX_TASK = Task("chip_softmax", lambda x: jax.nn.softmax(x, axis=-1), (ArgSpec("x", ("rows", 2048), "float32"),),
-                    {"ci": Scale("ci", {"rows": 16})})
-
-
-@needs_cuda
-def test_a_kernel_named_like_xlas_own_cannot_hide_its_spills():
-    # round 15: a Triton kernel named "wrapped_rows" (XLA's name for a lone op it wraps) that spills 1.8 KB a thread;
-    # kernels were told apart by name, so --no-spills let it through. Now by the HLO instruction XLA launched.
-    source = (Path(__file__).parent / "adversarial" / "r15_spills_named_like_xla.py").read_text()
-    r = evaluate(SOFTMAX_TASK, source, target="gpu", measure=False, no_spills=True)
-    assert r.status == "compile_error", (r.status, r.reason, r.flags)
-    assert "kernel wrapped_rows spills registers on h100" in r.reason and "--no-spills refuses it" in r.reason, r.reason
-
-
 def test_without_the_compiler_the_verdict_says_lowered_only(monkeypatch):
     monkeypatch.setattr(chipcheck, "compiler_missing", lambda kind: "libtpu is not installed")
     r = evaluate(SCALE_TASK, TPU_ELEMENTWISE, target="tpu", scale="ci", measure=False)

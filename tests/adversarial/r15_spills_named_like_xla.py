@@ -1,10 +1,10 @@
-# Round 15 (stop 35): a Triton kernel that spills registers on H100, named like one of XLA's own kernels
+# Rule (round 15, stop 35): a Triton kernel that spills registers on H100, named like one of XLA's own kernels
 #   (`wrapped_*`, the name XLA gives a lone op it wraps). The compile stage told Pallas kernels from XLA's by the
 #   kernel's name, so the spill flag and `--no-spills` skipped it; kernels are now told apart by the HLO instruction
 #   XLA launched them for (a kernel custom call or not), never by a name the candidate picks.
 # Class: compile figures (a resource the verdict reports, hidden). Target: gpu. Task: a row softmax (rows, 2048) f32.
-# Before: correct with no spill flag (and correct under --no-spills). Expected: a spill flag; compile_error under
-#   --no-spills.
+# Before: correct with no spill flag (and correct under --no-spills). Expected verdict: compile_error under
+#   --no-spills naming the kernel (without it: correct, with a spill flag).
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
