@@ -29,7 +29,7 @@ MECHANISM = {
               "test_gradient_rule.py", "test_harness_pipeline.py", "test_chip_compile.py", "test_heldout.py",
               "test_isolation.py", "test_policy.py", "test_static.py", "test_compare_fair.py", "test_compare_rejects.py",
               "test_program_work.py", "test_suite_common.py", "test_suite_kernelbench.py", "test_suite_production.py",
-              "test_gpu_check.py", "test_compile.py", "test_backward.py", "test_unbuilt_sizes.py"),
+              "test_gpu_check.py", "test_compile.py", "test_backward.py", "test_unbuilt_sizes.py", "test_screen.py"),
     "e2e": ("test_optimize.py", "test_api_cli_parity.py", "test_optimize_lm.py", "test_cli_common_options.py",
             "test_cli_eval.py", "test_cli_kb.py",
             "test_cli_runs.py", "test_cli_tasks.py", "test_cli_usability.py", "test_hitl_cli.py", "test_api.py",

@@ -139,7 +139,7 @@ def test_hitl_piped_panels_are_not_80_columns(tmp_path):
     import sys
     from pathlib import Path
 
-    task = Path(__file__).resolve().parents[1] / "examples" / "rmsnorm.py"
+    task = Path(__file__).resolve().parent / "fixtures" / "small" / "rmsnorm.py"  # the example, small full size
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("EDITOR", None)
     proc = subprocess.run([sys.executable, "-m", "mk", "hitl", str(task), "--lm", "offline", "--target", "tpu", "--scale", "ci",

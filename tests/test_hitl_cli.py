@@ -12,7 +12,7 @@ from mk.cli import main
 from mk.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK = str(ROOT / "examples" / "rmsnorm.py")
+TASK = str(ROOT / "tests" / "fixtures" / "small" / "rmsnorm.py")  # the example with a small full size
 PURE_JAX = (
     "import jax\nimport jax.numpy as jnp\n\n"
     "def kernel(x, weight, eps):\n"

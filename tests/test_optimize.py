@@ -18,6 +18,7 @@ from mk.store import Store
 from mk.task import ArgSpec, Scale, Task
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SMALL = Path(__file__).resolve().parent / "fixtures" / "small"  # the examples with a small full size
 
 pytestmark = pytest.mark.slow
 
@@ -25,15 +26,15 @@ pytestmark = pytest.mark.slow
 def test_optimize_softmax_tpu_writes_a_kernel_the_judge_accepts(tmp_path, capsys):
     db = tmp_path / "mk.duckdb"
     out = tmp_path / "out"
-    rc = main(["optimize", str(EXAMPLES / "softmax.py"), "--lm", "offline", "--target", "tpu", "--scale", "ci",
-               "--iterations", "1", "--trials", "1", "--db", str(db), "--out", str(out), "--json"])
+    rc = main(["optimize", str(SMALL / "softmax.py"), "--lm", "offline", "--target", "tpu", "--scale", "ci",
+               "--iterations", "1", "--trials", "2", "--db", str(db), "--out", str(out), "--json"])
     payload = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and payload["status"] == "correct"
     assert payload["speedup"] is None  # no TPU here: never an estimate
     kernel = Path(payload["kernel_path"])
     text = kernel.read_text()
     assert "frozen suite" in text and "speedup: not measured" in text and "TUNED_CONFIG" in text
-    task = load_task(EXAMPLES / "softmax.py").with_scales({"ci": load_task(EXAMPLES / "softmax.py").scale("ci")})
+    task = load_task(SMALL / "softmax.py").with_scales({"ci": load_task(SMALL / "softmax.py").scale("ci")})
     verdict = evaluate(task, load_candidate(kernel), target="tpu")
     assert verdict.status == "correct", verdict.reason
     with Store.open(db) as store:
@@ -41,9 +42,12 @@ def test_optimize_softmax_tpu_writes_a_kernel_the_judge_accepts(tmp_path, capsys
             "select r.status, count(distinct n.id) as nodes, count(distinct s.id) as snaps, count(distinct t.number) as trials "
             "from runs r join nodes n on n.run_id = r.id join snapshots s on s.run_id = r.id "
             "left join trials t on t.run_id = r.id where r.id = ? group by r.status", [payload["run_id"]])
-        bases = {r["basis"] for r in store.trials(run_id=payload["run_id"]) if r["state"] == "correct"}
+        trials = store.trials(run_id=payload["run_id"])
+        bases = {r["basis"] for r in trials if r["state"] == "correct"}
     assert rows and rows[0]["nodes"] >= 1 and rows[0]["snaps"] >= 1 and rows[0]["trials"] >= 1
     assert bases == {"estimated v6e at full"}, bases  # tuned by the compiler's estimate, stored as one
+    # the default's trial reuses its verdict on the whole suite; the other config's is a screen (the winner is judged whole)
+    assert any(str(r["reason"]).startswith("screened (a tuning trial") for r in trials), trials
 
 
 def test_optimize_declines_with_reason(tmp_path):
@@ -96,7 +100,7 @@ def test_mk_optimize_cpu_kernel_runs_directly(tmp_path):
 
 def test_optimize_search_mode_writes_best_node(tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["optimize", str(EXAMPLES / "softmax.py"), "--mode", "search", "--algorithm", "greedy", "--depth", "1",
+    rc = main(["optimize", str(SMALL / "softmax.py"), "--mode", "search", "--algorithm", "greedy", "--depth", "1",
                "--branches", "1", "--iterations", "1", "--workers", "inline", "--lm", "offline", "--target", "tpu", "--scale", "ci", "--trials", "1",
                "--db", str(tmp_path / "db.duckdb"), "--out", str(out), "--json"])
     payload = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

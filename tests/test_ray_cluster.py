@@ -216,7 +216,7 @@ def test_the_cluster_is_named_by_ray_address_and_gets_mks_settings(monkeypatch):
 
 @pytest.mark.slow
 def test_offline_search_on_a_ray_cluster_survives_a_killed_worker_process(cluster, tmp_path):
-    summary, killed = _optimize(cluster, ["optimize", str(ROOT / "examples" / "softmax.py"), "--lm", "offline", "--target",
+    summary, killed = _optimize(cluster, ["optimize", str(ROOT / "tests" / "fixtures" / "small" / "softmax.py"), "--lm", "offline", "--target",
                                           "tpu", "--scale", "ci", "--depth", "1", "--branches", "2", "--iterations", "1",
                                           "--trials", "0"], tmp_path, {}, _kill_worker_process, head=True)
     assert summary["status"] == "correct", summary

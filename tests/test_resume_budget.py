@@ -9,7 +9,7 @@ import pytest
 
 from mk.store import Store
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax.py"
+EXAMPLE = Path(__file__).resolve().parent / "fixtures" / "small" / "softmax.py"  # the example with a small full size
 
 pytestmark = pytest.mark.slow
 

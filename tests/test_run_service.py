@@ -15,7 +15,7 @@ from mk.run import Run, RunConfig, best_of
 from mk.run.config import author_fields, build_author
 from mk.store import Store
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax.py"
+EXAMPLE = Path(__file__).resolve().parent / "fixtures" / "small" / "softmax.py"  # the example with a small full size
 
 TASK_MODULE = '''
 import jax.numpy as jnp

@@ -229,7 +229,7 @@ def test_evolve_keeps_elites_per_niche_mutates_and_crosses_over_and_resumes(task
 def test_evolve_through_the_cli_offline(tmp_path):
     from mk.cli import main
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "softmax.py"
+    example = Path(__file__).resolve().parent / "fixtures" / "small" / "softmax.py"  # the example with a small full size
     db, out = str(tmp_path / "db.duckdb"), str(tmp_path / "out")
     rc = main(["optimize", str(example), "--lm", "offline", "--target", "cpu", "--scale", "ci", "--mode", "search",
                "--algorithm", "evolve", "--width", "1", "--depth", "2", "--branches", "1", "--workers", "inline",

@@ -105,7 +105,9 @@ def progress_printer(console: Any) -> Any:
         elif kind == "proposal":
             console.print(f"[cyan]iteration {data['iteration']}[/]: {data['name']} — {data['rationale']}")
         elif kind == "trial":
-            console.print(f"  trial {data['params']}: {data['status']}" + (f" ({data['reason']})" if data["status"] != "correct" else "")
+            status = "passes the screen" if data["status"] == "correct" and str(data.get("reason", "")).startswith("screened") \
+                else data["status"]
+            console.print(f"  trial {data['params']}: {status}" + (f" ({data['reason']})" if data["status"] != "correct" else "")
                           + trial_figure(data))
         elif kind == "search":
             console.print(f"search run {data['run_id']} ({data['algorithm']}; {data['resumed_nodes']} nodes already done)")

@@ -117,6 +117,8 @@ class _Run:
     covered: list[str] = field(default_factory=list)
     #: the suite's held-out scales (the frozen suite's; :func:`_narrow` may leave some out)
     heldout: tuple[str, ...] = ()
+    #: a tuning trial's screen (:func:`evaluate`'s ``screen``): the costliest checks are left to the winner's verdict
+    screen: bool = False
     #: whether the candidate declares its envelope (MK_ENVELOPE): then no judged size may be left out
     declares_envelope: bool = False
     #: held-out scales and fresh sizes the kernel cannot be built at (scale -> why): left out by :func:`_narrow`
@@ -154,6 +156,7 @@ def evaluate(
     no_spills: bool = False,
     also_chips: tuple[str, ...] | list[str] = (),
     claim: bool = False,
+    screen: bool = False,
 ) -> EvalResult:
     """Judge ``candidate`` on ``task`` for ``target``.
 
@@ -164,6 +167,10 @@ def evaluate(
     the program is also compiled for, as information (figures in ``compiled``, refusals as flags, never the verdict).
     ``claim``: run one case at each declared size the cases do not run that the envelope could claim (a verdict that
     is kept: ``mk eval``, the tuner's re-verified winner; a case at ``full`` can take minutes interpreted).
+    ``screen``: a tuning trial's screen, not a verdict to keep: the static rules, the trace, the programs' rules, the
+    chip's compile, the cases and the estimate, without the checks that cost most (the TPU-interpreter runs, ablation,
+    the backward against the reference's VJP) and without fresh sizes; its ``correct`` says so in its reason and
+    flags, and only ranks a config (:func:`mk.tuning.autotune` judges the winner whole before it is kept).
     ``require_pallas`` defaults to True for tpu/gpu. ``config`` is passed to
     the entry as keyword tunables. Never raises for anything the candidate
     does; raises :class:`TaskError`/:class:`CandidateError` for bad inputs."""
@@ -209,7 +216,8 @@ def evaluate(
         status = "compile_error" if "SyntaxError" in static.detail.split(";")[0] else "rejected"
         return EvalResult(status=status, reason=static.detail, steps=_steps(static), seconds=time.perf_counter() - started, **base)
     # sizes drawn now, inside the box the envelope claims: the held-out sizes are public, these are not
-    fresh = fresh_sizes(suite.base(suite_task), secrets) if any(c.scale in suite.heldout_names for c in suite.cases) else []
+    fresh = fresh_sizes(suite.base(suite_task), secrets) if not screen and any(c.scale in suite.heldout_names
+                                                                                for c in suite.cases) else []
     fresh = [f for f in fresh if f.name not in task.scales]
     if fresh:
         task = task.with_scales({**task.scales, **{f.name: f for f in fresh}})
@@ -226,7 +234,7 @@ def evaluate(
         extra = {s: declared[s] for s in run.compile_scales if s not in run.task.scales}
         if extra:
             run.task = run.task.with_scales({**run.task.scales, **extra})
-    run.chip, run.no_spills, run.claim = the_chip, no_spills, claim
+    run.chip, run.no_spills, run.claim, run.screen = the_chip, no_spills, claim and not screen, screen
     run.also_chips = tuple(c for c in (chip_for(tgt, name) for name in also_chips) if c is not None and c != the_chip)
     run.env, run.iso, run.tracer, run.runner = children
     status, reason, error = "correct", "", ""
@@ -238,15 +246,20 @@ def evaluate(
         _trace(run)
         _check_programs(run)
         _compile_for_chip(run)
-        _ablate(run)
-        _check_races(run)
+        if not screen:
+            _ablate(run)
+            _check_races(run)
         _run_cases(run)
         extra = len(run.cases) - len(run.suite.cases)
         sizes = [name[len(FRESH):] for name in run.scales[len(run.suite.scales):]]
         reason = (f"all {len(run.suite.cases)} cases match the reference (and {extra} from a fresh random seed"
                   + (f", {len(sizes)} of them at fresh sizes {' and '.join(sizes)})" if len(sizes) > 1 else
                      f", one of them at a fresh size {sizes[0]})" if sizes else ")"))
-        reason += gradient_check(run)  # a written backward against the reference's VJP (mk/harness/gradient.py)
+        if screen:
+            reason = f"screened (a tuning trial, not a verdict to keep): {reason}"
+            run.flags.append(SCREEN_FLAG)
+        else:
+            reason += gradient_check(run)  # a written backward against the reference's VJP (mk/harness/gradient.py)
         timing_res, cost_res = _time_and_cost(run)
         _run_claimed(run)
         if run.measure and not _wants_timing(run):  # no device here: the compiler's estimate, labelled as one
@@ -677,6 +690,11 @@ def _ablate(run: _Run) -> None:
                                            f"({outside:.3g} of {ref:.3g}): the pallas_call must do the work, not XLA")
             if share > OUTSIDE_SHARE_FLAG:
                 run.flags.append(f"scale {scale}: {share:.0%} of the reference's FLOPs run outside the kernels")
+
+
+#: the flag on a screened result (a tuning trial): what it did not check
+SCREEN_FLAG = ("screened for tuning: the TPU-interpreter checks, ablation, the backward check and fresh sizes did not run; "
+               "the tuner judges its winner whole before keeping it")
 
 
 def _check_races(run: _Run) -> None:

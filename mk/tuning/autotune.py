@@ -122,9 +122,12 @@ def autotune(
     if judged_default is not None and default and all(k in defaults and defaults[k] == v for k, v in default.items()):
         seen[key(default)] = judged_default  # config={} is exactly this config
 
+    # a trial is a screen (the judge's costliest checks are the winner's, judged whole below) where the judge takes it
+    screened = {"screen": True} if _takes(evaluate, "screen") else {}
+
     def objective(trial: "optuna.Trial") -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
-        res = seen.get(key(params)) or evaluate(task, candidate, target=target, suite=fast, config=params)
+        res = seen.get(key(params)) or evaluate(task, candidate, target=target, suite=fast, config=params, **screened)
         seen[key(params)] = res
         seconds = res.timing.candidate_median_s if res.timing and res.timing.measured else None
         est = res.estimate if seconds is None and res.status == "correct" else None

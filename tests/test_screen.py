@@ -1,0 +1,77 @@
+"""A tuning trial is a screen, not a verdict to keep: the judge's costliest checks are left to the winner, which the
+tuner judges whole (mk.harness.evaluate's ``screen``; mk.tuning.autotune)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax.numpy as jnp
+import pytest
+
+from mk.candidate import Candidate
+from mk.harness import build_suite, evaluate
+from mk.harness.evaluate import SCREEN_FLAG
+from mk.harness.results import EvalResult, TimingResult
+from mk.task import ArgSpec, Scale, Task
+from mk.tuning.autotune import autotune
+
+ADV = Path(__file__).parent / "adversarial"
+
+
+def _tanh_mix(x, y):
+    return jnp.tanh(x) * y + 0.5 * x
+
+
+TANH = Task("screen_tanh_mix", _tanh_mix, (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32")),
+            {"ci": Scale("ci", {"rows": 16})}, default_scale="ci")
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return build_suite(TANH)
+
+
+@pytest.mark.parametrize("fixture, whole", [
+    ("r2_semantics_dma_race.py", "race detector found a data race"),  # the TPU-interpreter check
+    ("r2_nowork_plus_zero.py", "FLOPs run outside the kernels"),  # ablation
+])
+def test_a_screen_leaves_out_the_checks_the_whole_verdict_makes(fixture, whole, suite):
+    screened = evaluate(TANH, ADV / fixture, target="tpu", suite=suite.subset(2), measure=False, screen=True)
+    assert screened.status == "correct" and screened.reason.startswith("screened (a tuning trial, not a verdict to keep)")
+    assert SCREEN_FLAG in screened.flags
+    verdict = evaluate(TANH, ADV / fixture, target="tpu", suite=suite, measure=False)
+    assert verdict.status == "rejected" and whole in verdict.reason, verdict.reason
+    assert SCREEN_FLAG not in verdict.flags
+
+
+def test_trials_are_screens_and_the_winner_is_judged_whole(suite):
+    cand = Candidate.from_source("import jax.numpy as jnp\n\nCONFIG_SPACE = {'a': [1, 2]}\n\n"
+                                 "def kernel(x, y, *, a=1):\n    return jnp.tanh(x) * y + 0.5 * x\n")
+    calls = []
+
+    def judge(task, candidate, *, target, suite, config, **options):
+        calls.append((dict(config), options.get("screen", False), len(suite.cases)))
+        if options.get("screen"):  # the screen passes both; the whole verdict refuses a=2
+            return EvalResult(status="correct", reason="screened (a tuning trial, not a verdict to keep): ok", task=task.name,
+                              target=target, timing=TimingResult(measured=True, candidate_median_s=config["a"] * -1e-3 + 1e-2))
+        bad = config["a"] == 2
+        return EvalResult(status="rejected" if bad else "correct", reason="the race check" if bad else "ok", task=task.name,
+                          target=target, timing=TimingResult(measured=True, candidate_median_s=1e-2))
+
+    result = autotune(TANH, cand, target="tpu", suite=suite, evaluate=judge, max_trials=2)
+    trials = [c for c in calls if c[1]]
+    assert sorted(c[0]["a"] for c in trials) == [1, 2] and {c[2] for c in trials} == {len(suite.subset(2).cases)}
+    # the screens rank a=2 first (faster); the winner is judged whole, without screen, on the whole suite
+    assert calls[-1] == ({"a": 2}, False, len(suite.cases))
+    assert result.config == {"a": 2} and result.result.status == "rejected"  # the caller keeps its verified default
+
+
+def test_a_judge_without_screens_is_asked_as_before(suite):
+    cand = Candidate.from_source("import jax.numpy as jnp\n\nCONFIG_SPACE = {'a': [1, 2]}\n\n"
+                                 "def kernel(x, y, *, a=1):\n    return jnp.tanh(x) * y + 0.5 * x\n")
+
+    def judge(task, candidate, *, target, suite, config):  # no **options: no screen, no claim
+        return EvalResult(status="correct", reason="ok", task=task.name, target=target,
+                          timing=TimingResult(measured=False, reason="no device"))
+
+    assert autotune(TANH, cand, target="tpu", suite=suite, evaluate=judge, max_trials=2).result.status == "correct"
