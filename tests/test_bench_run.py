@@ -188,3 +188,33 @@ def test_bench_interrupted_keeps_a_partial_report_and_an_unwritable_out_fails_fi
         run_bench(BenchConfig(str(root), target="cpu", methods=("auto",), scale="ci", db=db, out=blocked / "sub",
                               author_factory=ScriptedAuthor))
     assert calls == []  # nothing ran
+
+
+def test_the_cli_prints_each_re_timed_median_and_says_the_geomean_is_of_those():
+    """`mk bench` printed 3.24x/3.03x per task and then a geomean of re-timed medians shown only in report.md: the
+    re-timed line of each row is printed when the event comes, and the summary says which speedups it used."""
+    from rich.console import Console
+
+    from mk.bench.metrics import compute_metrics
+    from mk.bench.results import BenchResult, TaskRow
+    from mk.commands.bench import _Progress, _summary
+
+    rows = [TaskRow("auto", "tanh2", "correct", compiled=True, correct=True, speedup=2.5, speedup_runs=[3.24, 2.5, 2.1],
+                    spread=(2.1, 3.24), tied_with=["best-of-n"]),
+            TaskRow("best-of-n", "tanh2", "correct", compiled=True, correct=True, speedup=2.4, speedup_runs=[3.03, 2.4, 2.2],
+                    spread=(2.2, 3.03), tied_with=["auto"])]
+    console = Console(record=True, width=200)
+    _Progress(console).on_event("retimed", {"task": "tanh2", "rows": rows})
+    printed = console.export_text()
+    assert "re-timed      auto tanh2 2.50x (median of 3 runs, 2.10x-3.24x, tie with best-of-n)" in printed
+    assert "re-timed best-of-n tanh2 2.40x (median of 3 runs, 2.20x-3.03x, tie with auto)" in printed
+    result = BenchResult("b1", "suite", "cpu", "ci", ["auto", "best-of-n"], "scripted", True, "",
+                         {m: compute_metrics([r.outcome()]) for m, r in zip(("auto", "best-of-n"), rows)}, rows)
+    _summary(console, result)
+    summary = console.export_text()
+    assert "2.500x" in summary and "2.400x" in summary  # the geomeans of the medians printed above, not of 3.24/3.03
+    assert "speedups: each task's re-timed median (the 're-timed' lines), not its first measurement" in summary
+    plain = [TaskRow("auto", "tanh2", "correct", compiled=True, correct=True, speedup=2.5)]  # not re-timed: no such line
+    _summary(console, BenchResult("b2", "suite", "cpu", "ci", ["auto"], "scripted", True, "",
+                                  {"auto": compute_metrics([plain[0].outcome()])}, plain))
+    assert "re-timed median" not in console.export_text()

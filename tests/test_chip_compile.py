@@ -443,7 +443,9 @@ def test_tpu_compiles_record_libtpus_static_schedule_as_an_estimate():
     # a kernel called in an XLA loop: the schedule gives the body once, so the program has no estimate
     from mk.harness.estimate import NoEstimate
 
-    looped = compiled(lambda x: jax.lax.fori_loop(0, 10, lambda i, y: blocked(512)(y), x), x, chip="v6e")
+    # (2048 rows: libtpu's schedule of this loop over an 8192-row buffer takes 25 s, over 2048 rows 0.6 s)
+    looped = compiled(lambda x: jax.lax.fori_loop(0, 10, lambda i, y: blocked(512)(y), x),
+                      jax.ShapeDtypeStruct((2048, 1024), jnp.float32), chip="v6e")
     assert looped.ok and looped.loops == 1 and large.loops == 0
     with pytest.raises(NoEstimate, match="XLA loop"):
         program_seconds(looped, spec)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import search_support as sup
 from mk.cli import main
 from mk.loaders import load_task
@@ -154,13 +156,17 @@ def test_hitl_piped_panels_are_not_80_columns(tmp_path):
     assert len(body) == 2 and "one pass over HBM" in body[1]  # the plan's name and its one line of text, unwrapped
 
 
-def test_a_run_that_never_started_is_failed_with_its_reason_not_killed(tmp_path, capsys):
-    """A task whose reference fails at its shapes ends in a usage error before its suite is frozen: the run is
-    stored `failed` with that reason, and `mk runs`/`mk show` no longer call it `killed` with a resume command."""
-    bad = tmp_path / "badshape.py"
+@pytest.mark.parametrize("body, dtype, words", [
+    ("x @ w", "float32", "dot_general"),  # shapes the reference cannot take
+    ("jnp.bitwise_and(x, w)", "float32", "subtypes of integer"),  # a dtype it cannot take (JAX: "... are subtypes of integer, bool")
+], ids=["shape", "dtype"])
+def test_a_run_that_never_started_is_failed_with_its_reason_not_killed(body, dtype, words, tmp_path, capsys):
+    """A task whose reference fails at its shapes or dtypes ends in a usage error before its suite is frozen: the run
+    is stored `failed` with that reason, and `mk runs`/`mk show` no longer call it `killed` with a resume command."""
+    bad = tmp_path / "badtask.py"
     bad.write_text("import jax.numpy as jnp\nfrom mk.task import ArgSpec, Scale, Task\n\n"
-                   "def ref(x, w):\n    return x @ w\n\n"
-                   "TASK = Task('badshape', ref, (ArgSpec('x', ('M', 'N'), 'float32'), ArgSpec('w', ('M', 'N'), 'float32')),\n"
+                   f"def ref(x, w):\n    return {body}\n\n"
+                   f"TASK = Task('badtask', ref, (ArgSpec('x', ('M', 'N'), '{dtype}'), ArgSpec('w', ('M', 'N'), '{dtype}')),\n"
                    "            {'ci': Scale('ci', {'M': 8, 'N': 128})})\n")
     db = str(tmp_path / "never.duckdb")
     for command in ("optimize", "hitl"):
@@ -172,7 +178,7 @@ def test_a_run_that_never_started_is_failed_with_its_reason_not_killed(tmp_path,
     for row in rows:
         assert main(["show", row["id"], "--db", db]) == 0
         out = capsys.readouterr().out
-        assert "failed" in out and "never started" in out and "dot_general" in out
+        assert "failed" in out and "never started" in out and words in str(row.get("reason")), (out, row)
         assert "killed" not in out and "resume" not in out
 
 
