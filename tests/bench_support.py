@@ -3,19 +3,10 @@ Used by tests/test_bench_run.py and tests/test_bench_resume.py."""
 
 import textwrap
 
-from mk.author.proposal import Proposal
-from mk.programs.auto import Plan
+import fakes
+from fakes import tanh2_module
 
-TANH = '''
-import jax.numpy as jnp
-from mk.task import ArgSpec, Scale, Task, Tolerance
-
-def ref(x):
-    return jnp.tanh(x) * 2.0
-
-TASK = Task("tanh2", ref, (ArgSpec("x", ("M", "N"), "float32"),),
-            {"full": Scale("full", {"M": 512, "N": 512}), "ci": Scale("ci", {"M": 16, "N": 128})}, tolerance=Tolerance(1e-5, 1e-5))
-'''
+TANH = tanh2_module({"full": (512, 512), "ci": (16, 128)})
 EXPSUM = '''
 import jax.numpy as jnp
 from mk.task import ArgSpec, Scale, Task
@@ -40,35 +31,11 @@ GOOD = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"
 WRONG = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0 + 0.5\n"
 
 
-class ScriptedAuthor:
+class ScriptedAuthor(fakes.ScriptedAuthor):
     """Proposes WRONG then GOOD for tanh2 (so the best of two is correct) and declines everything else."""
 
-    name = "scripted"
-
     def __init__(self):
-        self.queue = None
-        self.declined = {}
-        self.contexts = []
-
-    def plan(self, ctx):
-        self.contexts.append((ctx.history, ctx.feedback))
-        if self.queue is None:
-            self.queue = [("wrong", WRONG), ("good", GOOD)] if ctx.task.name == "tanh2" else []
-            if not self.queue:
-                self.declined = {"script": f"nothing scripted for {ctx.task.name}"}
-        if not self.queue:
-            return None
-        name, code = self.queue.pop(0)
-        return Plan(name, "scripted", code)
-
-    def implement(self, ctx, plan):
-        return Proposal(plan.name, plan.data, plan.text, "scripted")
-
-    def fix(self, ctx, proposal, error):
-        return None
-
-    def analyse(self, ctx, report):
-        return ""
+        super().__init__([("wrong", WRONG), ("good", GOOD)], only={"tanh2"})
 
 
 def _suite(tmp_path, files):

@@ -10,7 +10,9 @@ import re
 import time
 from pathlib import Path
 
-from mk.author.proposal import Proposal
+import fakes
+from fakes import tanh2_module
+
 from mk.harness.results import EvalResult, TimingResult
 
 SLOW = "# speed 1.5\nimport jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) + jnp.tanh(x)\n"
@@ -19,41 +21,16 @@ WRONG = "# wrong\nimport jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x
 FAST = "# speed 3.0\nimport jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"
 CANDIDATES = [("slow", SLOW), ("mid", MID), ("wrong", WRONG), ("fast", FAST)]
 
-TASK_MODULE = '''
-import jax.numpy as jnp
-from mk.task import ArgSpec, Scale, Task, Tolerance
-
-TASK = Task("tanh2", lambda x: jnp.tanh(x) * 2.0, (ArgSpec("x", ("M", "N"), "float32"),),
-            {"ci": Scale("ci", {"M": 8, "N": 128})}, tolerance=Tolerance(1e-5, 1e-5))
-'''
+TASK_MODULE = tanh2_module({"ci": (8, 128)})
 
 CALLS: list[str] = []  # sources the stub judged in this process
 
 
-class ScriptedAuthor:
+class ScriptedAuthor(fakes.ScriptedAuthor):
     """Yields the candidates in a fixed order, like the offline author yields its templates."""
 
-    name = "scripted"
-
     def __init__(self):
-        self.queue = list(CANDIDATES)
-
-    def plan(self, ctx):
-        from mk.programs.auto import Plan
-
-        if not self.queue:
-            return None
-        name, code = self.queue.pop(0)
-        return Plan(name, f"try {name}", code)
-
-    def implement(self, ctx, plan):
-        return Proposal(plan.name, plan.data, plan.text, "scripted")
-
-    def fix(self, ctx, proposal, error):
-        return None
-
-    def analyse(self, ctx, report):
-        return ""
+        super().__init__(CANDIDATES, rationale="try {name}")
 
 
 def stub_evaluate(task, candidate, *, target="cpu", suite=None, measure=True, config=None, **kw):

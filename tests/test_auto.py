@@ -1,11 +1,9 @@
 """Auto's phases with a scripted author: fix loop, short-circuit on failure, rollback to the best snapshot."""
 
-import jax.numpy as jnp
+from fakes import ScriptedAuthor, tanh2_task
 
-from mk.author.proposal import Proposal
-from mk.programs.auto import PHASES, Auto, Plan
+from mk.programs.auto import PHASES, Auto
 from mk.store import Store
-from mk.task import ArgSpec, Scale, Task, Tolerance
 
 BROKEN = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) @ jnp.ones((3, 5))\n"  # shape error at trace time
 FIXED = "import jax.numpy as jnp\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"
@@ -18,38 +16,19 @@ SLOW = (
 )
 
 
-class ScriptedAuthor:
-    name = "scripted"
-
-    def __init__(self):
-        self.plans = [("broken-then-fixed", BROKEN), ("wrong", WRONG), ("slow", SLOW)]
-        self.fixes = []
-
-    def plan(self, ctx):
-        if not self.plans:
-            return None
-        name, code = self.plans.pop(0)
-        return Plan(name, f"try {name}; history: {ctx.feedback}", code)
-
-    def implement(self, ctx, plan):
-        return Proposal(plan.name, plan.data, plan.text, "scripted")
-
-    def fix(self, ctx, proposal, error):
-        self.fixes.append(error)
-        return Proposal(proposal.name, FIXED, proposal.rationale + " (fixed)", "scripted")
-
-    def analyse(self, ctx, report):
-        return "measured" if report.measured else "unmeasured"
+def _author():
+    return ScriptedAuthor([("broken-then-fixed", BROKEN), ("wrong", WRONG), ("slow", SLOW)],
+                          rationale="try {name}; history: {feedback}", fixed=FIXED,
+                          analysis=lambda report: "measured" if report.measured else "unmeasured")
 
 
 def _task():
-    return Task("tanh2", lambda x: jnp.tanh(x) * 2.0, (ArgSpec("x", ("M", "N"), "float32"),),
-                {"ci": Scale("ci", {"M": 64, "N": 128})}, tolerance=Tolerance(1e-5, 1e-5))
+    return tanh2_task({"ci": (64, 128)})
 
 
 def test_auto_phases_fix_shortcircuit_and_rollback(tmp_path):
     events = []
-    author = ScriptedAuthor()
+    author = _author()
     with Store.open(tmp_path / "db.duckdb") as store:
         auto = Auto(author, target="cpu", iterations=5, store=store, on_event=lambda k, d: events.append((k, d)))
         traj = auto.start(_task())
@@ -76,7 +55,7 @@ def test_auto_phases_fix_shortcircuit_and_rollback(tmp_path):
 
 
 def test_auto_stops_at_iteration_limit():
-    auto = Auto(ScriptedAuthor(), target="cpu", iterations=1, tune=False)
+    auto = Auto(_author(), target="cpu", iterations=1, tune=False)
     traj = auto.run(_task())
     assert len(traj.snapshots) == 1 and "maximum of 1 iterations" in traj.stop_reason
 
@@ -98,16 +77,9 @@ def kernel(x):
 '''
 
 
-class OneShotAuthor(ScriptedAuthor):
+def OneShotAuthor(code, fixed):
     """One plan; its fixer writes ``fixed``."""
-
-    def __init__(self, code, fixed):
-        super().__init__()
-        self.plans, self.fixed = [("one", code)], fixed
-
-    def fix(self, ctx, proposal, error):
-        self.fixes.append(error)
-        return Proposal(proposal.name, self.fixed, proposal.rationale + " (fixed)", "scripted")
+    return ScriptedAuthor([("one", code)], fixed=fixed)
 
 
 def test_a_candidate_without_its_entry_point_goes_to_the_fixer():

@@ -3,21 +3,19 @@ median and spread per row, ties where spreads overlap."""
 
 from __future__ import annotations
 
+from fakes import tanh2_task
+
 from mk.bench.noise import mark_ties, retime
 from mk.bench.results import TaskRow
 from mk.harness.results import EvalResult, TimingResult
 from mk.store import Store
-from mk.task import ArgSpec, Scale, Task, Tolerance
 
 A = "import jax.numpy as jnp\n\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"
 B = "import jax.numpy as jnp\n\ndef kernel(x):\n    return 2.0 * jnp.tanh(x)\n"
 
 
 def _task():
-    import jax.numpy as jnp
-
-    return Task("tanh2", lambda x: jnp.tanh(x) * 2.0, (ArgSpec("x", ("M", "N"), "float32"),),
-                {"ci": Scale("ci", {"M": 8, "N": 128})}, tolerance=Tolerance(1e-5, 1e-5))
+    return tanh2_task()
 
 
 def _row(store, method, code, speedup):
@@ -65,15 +63,13 @@ def test_a_resumed_bench_reports_spread_and_ties_for_every_row(tmp_path):
 
     from mk.bench import BenchConfig, run_bench
     from mk.bench.runner import BenchInterrupted
-    from bench_support import TANH, ScriptedAuthor, _suite
+    from bench_support import TANH, _suite
 
-    class Tanhs(ScriptedAuthor):
-        def plan(self, ctx):
-            if self.queue is None and ctx.task.name.startswith("tanh"):
-                from bench_support import GOOD
+    from bench_support import GOOD
+    from fakes import ScriptedAuthor
 
-                self.queue = [("good", GOOD)]
-            return super().plan(ctx)
+    def Tanhs():  # GOOD for both tasks
+        return ScriptedAuthor([("good", GOOD)], only={"tanh2", "tanh3"})
 
     root = _suite(tmp_path, {"tanh2": TANH, "tanh3": TANH.replace('"tanh2"', '"tanh3"')})
     db, out = tmp_path / "b.duckdb", tmp_path / "report"

@@ -71,3 +71,24 @@ def test_the_measured_slow_list_names_tests_by_their_node_ids(tmp_path, request)
         assert nodeid.startswith("tests/") and "::" in nodeid and (TESTS.parent / nodeid.split("::")[0]).is_file(), nodeid
     unmarked = [i.nodeid for i in request.session.items if i.nodeid in listed and i.get_closest_marker("slow") is None]
     assert not unmarked
+
+
+def test_the_scripted_author_and_the_tiny_task_are_written_once():
+    """Shared fakes live in tests/fakes.py: a module that needs a scripted author subclasses or configures its
+    ScriptedAuthor, and the tanh2 task comes from ``tanh2_task``/``tanh2_module``, not a copy."""
+    copies = []
+    for path in TESTS.rglob("*.py"):
+        if path.name in ("fakes.py", "test_layout.py"):
+            continue
+        text = path.read_text()
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, RecursionError):  # an adversarial fixture made to break parsers
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name.startswith("Scripted") and "Author" in node.name:
+                if not any(ast.unparse(b) == "fakes.ScriptedAuthor" for b in node.bases):
+                    copies.append(f"{path.name}: class {node.name}")
+        if 'Task("tanh2"' in text or "Task('tanh2'" in text:
+            copies.append(f"{path.name}: a tanh2 Task")
+    assert not copies, copies

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import tanh2_module
 
 from mk.budget import Budget
 from mk.errors import ConfigError, TaskError, TargetError
@@ -17,25 +18,13 @@ from mk.store import Store
 
 EXAMPLE = Path(__file__).resolve().parent / "fixtures" / "small" / "softmax.py"  # the example with a small full size
 
-TASK_MODULE = '''
-import jax.numpy as jnp
-from mk.task import ArgSpec, Scale, Task, Tolerance
-
-
-def tanh2(x):
-    return jnp.tanh(x) * {factor}
-
-
-TASK = Task("tanh2", tanh2, (ArgSpec("x", ("M", "N"), "float32"),),
-            {{"ci": Scale("ci", {{"M": 16, "N": 128}}), "big": Scale("big", {{"M": 64, "N": 256}})}},
-            tolerance=Tolerance(1e-5, 1e-5))
-'''
+SIZES = {"ci": (16, 128), "big": (64, 256)}  # tanh2 (tests/fakes.py) at two sizes
 
 
 @pytest.fixture
 def task_file(tmp_path):
     path = tmp_path / "tanh2_task.py"
-    path.write_text(TASK_MODULE.format(factor="2.0"))
+    path.write_text(tanh2_module(SIZES, factor="2.0"))
     return path
 
 
@@ -116,7 +105,7 @@ def test_reopen_rebuilds_the_same_suite_with_its_synthesised_cases_and_refuses_a
         assert again.id == run.id and again.suite.hash == suite.hash and set(again.task.scales) >= {"ci", "syn_tall"}
         assert "big" not in again.task.scales  # exactly the run's scales, not the task's full set
         assert again.resume_command() == f"mk resume {run.id} --db {db}"
-    task_file.write_text(TASK_MODULE.format(factor="3.0"))  # the reference changed, so its frozen suite did
+    task_file.write_text(tanh2_module(SIZES, factor="3.0"))  # the reference changed, so its frozen suite did
     with Store.open(db) as store, pytest.raises(TaskError, match="frozen suite changed"):
         Run.reopen(store, run.id)
 

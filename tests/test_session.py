@@ -2,60 +2,29 @@
 
 import pytest
 
-from mk.author.proposal import Proposal
+from fakes import ScriptedAuthor, tanh2_module
+
 from mk.errors import ConfigError, TaskError
 from mk.programs.auto import Plan
 from mk.programs.session import Session, StepResult
 from mk.store import Store
 
-TASK_MODULE = '''
-import jax.numpy as jnp
-from mk.task import ArgSpec, Scale, Task, Tolerance
-
-
-def tanh2(x):
-    return jnp.tanh(x) * {factor}
-
-
-TASK = Task("tanh2", tanh2, (ArgSpec("x", ("M", "N"), "float32"),),
-            {{"ci": Scale("ci", {{"M": 16, "N": 128}}), "big": Scale("big", {{"M": 64, "N": 256}})}},
-            tolerance=Tolerance(1e-5, 1e-5))
-'''
+SIZES = {"ci": (16, 128), "big": (64, 256)}  # tanh2 (tests/fakes.py) at two sizes
 GOOD = "import jax.numpy as jnp\n\ndef kernel(x):\n    return jnp.tanh(x) * 2.0\n"
 WRONG = "import jax.numpy as jnp\n\ndef kernel(x):\n    return jnp.tanh(x) * 2.0 + 0.5\n"
 ALT = "import jax.numpy as jnp\n\ndef kernel(x):\n    return 2.0 * jnp.tanh(x)\n"
 
 
-class Scripted:
-    """Plans ``first`` then ``second``; implements ``ALT`` when the plan text asks for it, else ``GOOD``."""
-
-    name = "scripted"
-
-    def __init__(self, plans=("first", "second")):
-        self.plans = list(plans)
-        self.implemented = []
-
-    def plan(self, ctx):
-        if not self.plans:
-            return None
-        name = self.plans.pop(0)
-        return Plan(name, f"plan {name}")
-
-    def implement(self, ctx, plan):
-        self.implemented.append(plan.text)
-        return Proposal(plan.name, ALT if "alt" in plan.text else GOOD, plan.text, "scripted")
-
-    def fix(self, ctx, proposal, error):
-        return None
-
-    def analyse(self, ctx, report):
-        return ""
+def Scripted(plans=("first", "second")):
+    """Plans ``plans`` (names, no code); implements ``ALT`` when the plan text asks for it, else ``GOOD``."""
+    return ScriptedAuthor([(name, None) for name in plans], rationale="plan {name}",
+                          implement=lambda text: ALT if "alt" in text else GOOD)
 
 
 @pytest.fixture
 def task_file(tmp_path):
     path = tmp_path / "tanh2_task.py"
-    path.write_text(TASK_MODULE.format(factor="2.0"))
+    path.write_text(tanh2_module(SIZES, factor="2.0"))
     return path
 
 
@@ -141,13 +110,13 @@ def test_resume_restores_snapshots_and_continues_at_the_next_plan(task_file, tmp
 
 def test_resume_refuses_a_changed_suite_and_unknown_runs(task_file, tmp_path):
     s = _session(task_file, tmp_path)
-    task_file.write_text(TASK_MODULE.format(factor="3.0"))  # the reference changed: its outputs and the suite hash change
+    task_file.write_text(tanh2_module(SIZES, factor="3.0"))  # the reference changed: its outputs and the suite hash change
     with pytest.raises(TaskError, match="frozen suite changed"):
         Session.resume(s.run_id, db=tmp_path / "s.duckdb", author=Scripted())
     with pytest.raises(Exception, match="no run"):
         Session.resume("nope", db=tmp_path / "s.duckdb")
     with pytest.raises(ConfigError, match="scripted"):
-        task_file.write_text(TASK_MODULE.format(factor="2.0"))
+        task_file.write_text(tanh2_module(SIZES, factor="2.0"))
         Session.resume(s.run_id, db=tmp_path / "s.duckdb")  # the run's author was not the offline one
 
 
