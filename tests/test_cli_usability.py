@@ -130,7 +130,7 @@ def test_the_trial_of_the_default_config_reuses_its_verdict_on_the_whole_suite(f
                           timing=TimingResult(measured=False, reason="no device"))
 
     judged = EvalResult(status="correct", reason="the default, judged on the whole suite", task=task.name, target="tpu",
-                        timing=TimingResult(measured=False, reason="no device"))
+                        timing=TimingResult(measured=True, candidate_median_s=1e-3))  # a figure: the configs are tuned
     result = autotune(task, cand, target="tpu", suite=suite, evaluate=fake_evaluate, max_trials=2, judged_default=judged)
     assert {tuple(o.params.items()) for o in result.trials} == {(("a", 1),), (("a", 2),)}
     assert [o.reason for o in result.trials if o.params == {"a": 2}] == ["the default, judged on the whole suite"]

@@ -75,3 +75,25 @@ def test_a_judge_without_screens_is_asked_as_before(suite):
                           timing=TimingResult(measured=False, reason="no device"))
 
     assert autotune(TANH, cand, target="tpu", suite=suite, evaluate=judge, max_trials=2).result.status == "correct"
+
+
+def test_without_a_figure_to_rank_by_the_default_is_kept_without_trials(suite):
+    """No device to time a config and no compiler estimate for the target (a GPU kernel here): the trials could only
+    be validity checks whose results are thrown away, so none runs; the default is judged once as a kept verdict."""
+    cand = Candidate.from_source("import jax.numpy as jnp\n\nCONFIG_SPACE = {'a': [1, 2, 4]}\n\n"
+                                 "def kernel(x, y, *, a=2):\n    return jnp.tanh(x) * y + 0.5 * x\n")
+    calls = []
+
+    def judge(task, candidate, *, target, suite, config, **options):
+        calls.append((dict(config), options))
+        return EvalResult(status="correct", reason="ok", task=task.name, target=target,
+                          timing=TimingResult(measured=False, reason="not measured: no gpu device here"))
+
+    default = EvalResult(status="correct", reason="the default on the whole suite", task=TANH.name, target="gpu",
+                         timing=TimingResult(measured=False, reason="not measured: no gpu device here"),
+                         flags=["no speed estimate on h100: the estimate is for TPU chips only"])
+    result = autotune(TANH, cand, target="gpu", suite=suite, evaluate=judge, max_trials=3, judged_default=default)
+    assert result.trials == [] and result.config == {"a": 2} and result.result.status == "correct"
+    assert len(calls) == 1 and calls[0][0] == {"a": 2} and calls[0][1].get("claim") is True  # one kept verdict
+    assert result.note.startswith("not tuned: not measured: no gpu device here; no speed estimate on h100")
+    assert not result.measured and not result.estimated

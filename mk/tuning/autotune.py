@@ -97,6 +97,12 @@ def autotune(
         res = evaluate(task, candidate, target=target, suite=suite, config={})
         return TuneResult({}, res, [], measured=bool(res.timing and res.timing.measured), note="no CONFIG_SPACE: nothing to tune")
 
+    if judged_default is not None and judged_default.status == "correct" and not _figure(judged_default):
+        # nothing would rank the trials (no device to time them, no compiler estimate for this target): the default is
+        # kept without them, judged as a kept verdict (its claims, the other chips' figures) like a tuned winner
+        final = evaluate(task, candidate, target=target, suite=suite, config=default, **_kept_options(evaluate, target))
+        return TuneResult(default, final, [], note=f"not tuned: {_no_figure(judged_default)}; kept the default config")
+
     # ERROR: Optuna would log every failed trial (and an interrupt) with a traceback; mk reports trials itself
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = None
@@ -191,6 +197,18 @@ def autotune(
                 f"the valid configs' figures cannot be compared ({', '.join(sorted(bases))}): kept the default config")
     final = evaluate(task, candidate, target=target, suite=suite, config=best, **_kept_options(evaluate, target))
     return TuneResult(best, final, outcomes, measured=measured, estimated=estimated, note=note)
+
+
+def _figure(res: EvalResult) -> bool:
+    """Whether a verdict has a figure a config could be ranked by: a measured time, or the compiler's estimate."""
+    return bool(res.timing and res.timing.measured) or res.estimate is not None
+
+
+def _no_figure(res: EvalResult) -> str:
+    """Why a verdict has no figure, in the judge's words where it gave them."""
+    unmeasured = res.timing.reason if res.timing and res.timing.reason else "no device of this kind here to time a config"
+    why = next((f for f in res.flags if f.startswith("no speed estimate")), "")
+    return f"{unmeasured}; {why or 'no compiler estimate for this target'}"
 
 
 def _basis(trial: Any) -> str:
