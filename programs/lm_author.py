@@ -361,23 +361,37 @@ def history_text(history: list[Any]) -> str:
 
 
 def kernels_text(history: list[Any], *, limit: int = KERNEL_CHARS, reasons: bool = True) -> str:
-    """The best kernel so far (code, speedup, config) and the latest failing one (code, verdict, reason), as text;
-    empty when no kernel was judged yet. ``reasons=False`` leaves the verdict's reason out (the planner reads it in
-    the history already)."""
+    """The best kernel so far (code, speedup, config), the latest one when it is neither the best nor failing (a
+    correct attempt that is not the best: otherwise a later prompt shows only the seed and never the model's own
+    kernel) and the latest failing one (code, verdict, reason), as text; empty when no kernel was judged yet.
+    ``reasons=False`` leaves the verdict's reason out (the planner reads it in the history already)."""
     best = _best(history)
     failing = next((s for s in reversed(history) if not s.correct and s.source.strip()), None)
+    latest = next((s for s in reversed(history) if s.source.strip()), None)
     parts = []
     if best is not None:
-        speed = f"speedup {best.speedup:.2f}x" if best.speedup is not None else "correct, speed not measured here"
-        config = f", config {best.config}" if best.config else ""
-        parts.append(f"best kernel so far: iteration {best.iteration} ({best.proposal}): {speed}{config}\n"
+        parts.append(f"best kernel so far: iteration {best.iteration} ({best.proposal}): {_speed(best)}\n"
                      f"```python\n{_clip(best.source, limit)}\n```")
+    if latest is not None and latest is not best and latest is not failing:
+        parts.append(f"your latest kernel: iteration {latest.iteration} ({latest.proposal}): {_speed(latest)}\n"
+                     f"```python\n{_clip(latest.source, limit)}\n```")
     if failing is not None:
         where = f" in the {failing.failed_phase} phase" if failing.failed_phase else ""
         why = f"reason: {_clip(failing.reason, 1500)}" if reasons else "reason: in the history"
         parts.append(f"latest failing kernel: iteration {failing.iteration} ({failing.proposal}): verdict {failing.status}{where}; "
                      f"{why}\n```python\n{_clip(failing.source, limit)}\n```")
     return "\n\n".join(parts)
+
+
+def _speed(snap: Any) -> str:
+    """A correct snapshot's speed in words: measured, else the compiler's estimate labelled as one, else none."""
+    config = f", config {snap.config}" if snap.config else ""
+    if snap.speedup is not None:
+        return f"speedup {snap.speedup:.2f}x{config}"
+    est = getattr(snap, "estimate", None)
+    if est is not None:
+        return f"estimated {est.estimated_speedup:.2f}x over XLA on {est.chip} (an estimate, not a measurement){config}"
+    return f"correct, speed not measured here{config}"
 
 
 _LINE_REF = re.compile(r"\bline (\d+)\b")

@@ -165,6 +165,25 @@ def test_history_and_kernels_text():
     assert LMAuthor.feedback_text(ctx) == "reading of iteration 2: should not be repeated"
 
 
+def test_the_implementer_sees_its_own_latest_kernel_when_it_is_neither_the_best_nor_failing():
+    """Issue 23 item 6: a correct attempt that is not the best was never shown again (the seed was the best), so a
+    later prompt could not build on the model's own kernel. Off the device its speed is the estimate, labelled."""
+    from mk.harness.results import EvalResult, SpeedEstimate
+
+    seed = Snapshot(1, "rowwise-tpu", "[pallas] the template", KERNEL, {}, "correct", "all pass", None, None)
+    est = SpeedEstimate(chip="v6e", scale="full", kernel_s=2e-4, kernel_bound="memory", baseline_s=1e-4,
+                        baseline_bound="memory", estimated_speedup=0.5, model="a test model", judged=False)
+    mine = Snapshot(2, "lm-two-pass", "[pallas] two passes", KERNEL.replace("jnp.square", "jnp.abs"), {"block_rows": 16},
+                    "correct", "all pass", None, EvalResult(status="correct", reason="ok", task="t", target="tpu", estimate=est))
+    kern = kernels_text([seed, mine])
+    assert "best kernel so far: iteration 1 (rowwise-tpu): correct, speed not measured here" in kern
+    assert ("your latest kernel: iteration 2 (lm-two-pass): estimated 0.50x over XLA on v6e (an estimate, not a "
+            "measurement), config {'block_rows': 16}") in kern and "jnp.abs" in kern
+    assert "your latest kernel" not in kernels_text([seed])  # the best is not shown twice
+    bad = Snapshot(3, "lm-broken", "[pallas] x", BROKEN, {}, "compile_error", "TypeError", None, None)
+    assert "your latest kernel" not in kernels_text([seed, bad])  # the latest failing one is shown as such
+
+
 # --- the contract and the hardware brief ------------------------------------------------------------
 def test_the_contract_is_in_the_implementer_and_fixer_instructions():
     for sig in (ImplementKernel, FixCompileError):
