@@ -390,7 +390,8 @@ def _speed(snap: Any) -> str:
         return f"speedup {snap.speedup:.2f}x{config}"
     est = getattr(snap, "estimate", None)
     if est is not None:
-        return f"estimated {est.estimated_speedup:.2f}x over XLA on {est.chip} (an estimate, not a measurement){config}"
+        where = f"{est.chip} at {est.scale}" + ("" if est.judged else " (compiled there, not judged there)")
+        return f"estimated {est.estimated_speedup:.2f}x over XLA on {where} (an estimate, not a measurement){config}"
     return f"correct, speed not measured here{config}"
 
 

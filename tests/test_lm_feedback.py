@@ -177,8 +177,8 @@ def test_the_implementer_sees_its_own_latest_kernel_when_it_is_neither_the_best_
                     "correct", "all pass", None, EvalResult(status="correct", reason="ok", task="t", target="tpu", estimate=est))
     kern = kernels_text([seed, mine])
     assert "best kernel so far: iteration 1 (rowwise-tpu): correct, speed not measured here" in kern
-    assert ("your latest kernel: iteration 2 (lm-two-pass): estimated 0.50x over XLA on v6e (an estimate, not a "
-            "measurement), config {'block_rows': 16}") in kern and "jnp.abs" in kern
+    assert ("your latest kernel: iteration 2 (lm-two-pass): estimated 0.50x over XLA on v6e at full (compiled there, "
+            "not judged there) (an estimate, not a measurement), config {'block_rows': 16}") in kern and "jnp.abs" in kern
     assert "your latest kernel" not in kernels_text([seed])  # the best is not shown twice
     bad = Snapshot(3, "lm-broken", "[pallas] x", BROKEN, {}, "compile_error", "TypeError", None, None)
     assert "your latest kernel" not in kernels_text([seed, bad])  # the latest failing one is shown as such

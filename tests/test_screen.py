@@ -61,9 +61,32 @@ def test_trials_are_screens_and_the_winner_is_judged_whole(suite):
     result = autotune(TANH, cand, target="tpu", suite=suite, evaluate=judge, max_trials=2)
     trials = [c for c in calls if c[1]]
     assert sorted(c[0]["a"] for c in trials) == [1, 2] and {c[2] for c in trials} == {len(suite.subset(2).cases)}
-    # the screens rank a=2 first (faster); the winner is judged whole, without screen, on the whole suite
-    assert calls[-1] == ({"a": 2}, False, len(suite.cases))
-    assert result.config == {"a": 2} and result.result.status == "rejected"  # the caller keeps its verified default
+    # the screens rank a=2 first (faster); it is judged whole, without screen, on the whole suite, and refused there;
+    # the next by the ranking (here the default) is judged whole and kept, and the note says why
+    assert [c for c in calls if not c[1]] == [({"a": 2}, False, len(suite.cases)), ({"a": 1}, False, len(suite.cases))]
+    assert result.config == {"a": 1} and result.result.status == "correct"
+    assert "{'a': 2} passed its screen but was refused when judged whole (rejected: the race check)" in result.note
+    assert "kept {'a': 1} (the default)" in result.note
+
+
+def test_a_whole_refusal_gives_way_to_the_next_config_by_the_ranking(suite):
+    """Three configs, the fastest refused when judged whole: the second fastest is kept, not the slower default."""
+    cand = Candidate.from_source("import jax.numpy as jnp\n\nCONFIG_SPACE = {'a': [1, 2, 4]}\n\n"
+                                 "def kernel(x, y, *, a=1):\n    return jnp.tanh(x) * y + 0.5 * x\n")
+    whole = []
+
+    def judge(task, candidate, *, target, suite, config, **options):
+        time = {1: 10e-6, 2: 5e-6, 4: 2e-6}[config["a"]]
+        if not options.get("screen"):
+            whole.append(config["a"])
+            if config["a"] == 4:
+                return EvalResult(status="rejected", reason="a race", task=task.name, target=target)
+        return EvalResult(status="correct", reason="ok", task=task.name, target=target,
+                          timing=TimingResult(measured=True, candidate_median_s=time))
+
+    result = autotune(TANH, cand, target="tpu", suite=suite, evaluate=judge, max_trials=3)
+    assert whole == [4, 2] and result.config == {"a": 2} and result.result.status == "correct"
+    assert "refused when judged whole (rejected: a race)" in result.note
 
 
 def test_a_judge_without_screens_is_asked_as_before(suite):
@@ -97,3 +120,9 @@ def test_without_a_figure_to_rank_by_the_default_is_kept_without_trials(suite):
     assert len(calls) == 1 and calls[0][0] == {"a": 2} and calls[0][1].get("claim") is True  # one kept verdict
     assert result.note.startswith("not tuned: not measured: no gpu device here; no speed estimate on h100")
     assert not result.measured and not result.estimated
+    # the judged default is the entry's keyword defaults: when they are not in the space, it says nothing of the
+    # config tuning would start from, so the configs are tried as before
+    outside = Candidate.from_source(cand.source.replace("a=2", "a=8"))
+    calls.clear()
+    tried = autotune(TANH, outside, target="gpu", suite=suite, evaluate=judge, max_trials=3, judged_default=default)
+    assert len(tried.trials) == 3 and not tried.note.startswith("not tuned")

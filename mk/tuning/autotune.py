@@ -97,7 +97,10 @@ def autotune(
         res = evaluate(task, candidate, target=target, suite=suite, config={})
         return TuneResult({}, res, [], measured=bool(res.timing and res.timing.measured), note="no CONFIG_SPACE: nothing to tune")
 
-    if judged_default is not None and judged_default.status == "correct" and not _figure(judged_default):
+    defaults = keyword_defaults(candidate)
+    judged_is_default = bool(default) and all(k in defaults and defaults[k] == v for k, v in default.items())
+    if judged_default is not None and judged_is_default and judged_default.status == "correct" \
+            and not _figure(judged_default):
         # nothing would rank the trials (no device to time them, no compiler estimate for this target): the default is
         # kept without them, judged as a kept verdict (its claims, the other chips' figures) like a tuned winner
         final = evaluate(task, candidate, target=target, suite=suite, config=default, **_kept_options(evaluate, target))
@@ -124,8 +127,7 @@ def autotune(
     def key(params: dict[str, Any]) -> str:
         return repr(sorted(params.items()))
 
-    defaults = keyword_defaults(candidate)
-    if judged_default is not None and default and all(k in defaults and defaults[k] == v for k, v in default.items()):
+    if judged_default is not None and judged_is_default:
         seen[key(default)] = judged_default  # config={} is exactly this config
 
     # a trial is a screen (the judge's costliest checks are the winner's, judged whole below) where the judge takes it
@@ -195,8 +197,30 @@ def autotune(
         note = ("speed not measured on this machine for this target: kept the default config among the valid ones"
                 if bases == {"none"} else
                 f"the valid configs' figures cannot be compared ({', '.join(sorted(bases))}): kept the default config")
-    final = evaluate(task, candidate, target=target, suite=suite, config=best, **_kept_options(evaluate, target))
-    return TuneResult(best, final, outcomes, measured=measured, estimated=estimated, note=note)
+    # the trials were screens: the winner is judged whole before it is kept; one refused there (a race, rule 15, the
+    # backward, a fresh size) gives way to the next config by the same ranking, then to the default, which passed the
+    # whole suite already (judged again here as a kept verdict: its claims and the other chips' figures)
+    ranked = [best] + [t.params for t in sorted(complete, key=lambda t: t.value if t.value is not None else math.inf)
+                       if t.params != best]
+    order = list(dict.fromkeys(repr(sorted(c.items())) for c in ranked[:WHOLE_TRIES] + [default]))
+    by_key = {repr(sorted(c.items())): c for c in ranked + [default]}
+    refused: list[str] = []
+    final = None
+    for k in order:
+        config = by_key[k]
+        final = evaluate(task, candidate, target=target, suite=suite, config=config, **_kept_options(evaluate, target))
+        if final.status == "correct":
+            if refused:
+                note = (f"{'; '.join(refused)}; kept {config}" + (" (the default)" if config == default else "")
+                        + f" (ranked as: {note})")
+            return TuneResult(config, final, outcomes, measured=measured, estimated=estimated, note=note)
+        refused.append(f"{config} passed its screen but was refused when judged whole ({final.status}: "
+                       f"{final.reason[:200]})")
+    return TuneResult(best, final, outcomes, measured=measured, estimated=estimated, note="; ".join(refused))
+
+
+#: screened configs judged whole, best first, before the default is kept (each a whole verdict with its claims)
+WHOLE_TRIES = 2
 
 
 def _figure(res: EvalResult) -> bool:
@@ -207,6 +231,8 @@ def _figure(res: EvalResult) -> bool:
 def _no_figure(res: EvalResult) -> str:
     """Why a verdict has no figure, in the judge's words where it gave them."""
     unmeasured = res.timing.reason if res.timing and res.timing.reason else "no device of this kind here to time a config"
+    if not unmeasured.startswith("not measured: no "):  # a device here whose timing failed: no estimate is made there
+        return unmeasured
     why = next((f for f in res.flags if f.startswith("no speed estimate")), "")
     return f"{unmeasured}; {why or 'no compiler estimate for this target'}"
 
