@@ -218,4 +218,4 @@ def test_grad_through_an_optimised_causal_attention_runs_the_backward_kernels(wh
     with jax.default_matmul_precision("highest"):
         kernels = _grad_check(fast, causal_attention, (q, k, v), "flash_attention_dkdv_tpu", (0, 1, 2), 1e-3)
     assert any(k.startswith("flash_attention_dq_tpu") for k in kernels)
-    assert any(k.startswith("flash_attention_fwd_lse_tpu") for k in kernels)
+    assert any(k.startswith("flash_attention_lse_delta_tpu") for k in kernels)
