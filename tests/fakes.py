@@ -1,4 +1,5 @@
-"""The tests' shared fakes: the scripted author and the tiny tanh2 task (as a Task and as a task module's source).
+"""The tests' shared fakes: the scripted author, the tiny tanh2 task (as a Task and as a task module's source) and
+the two-input tanh_mix task the judge's fixtures are written for.
 
 The LM fakes (a DSPy LM scripted per output field, the Gemini client on the local fake server) are in
 tests/lm_fakes.py beside the fake server itself (tests/fake_gemini.py, which evals/lm_calls.py also runs); the
@@ -87,3 +88,18 @@ def tanh2(x: Any) -> Any:
     import jax.numpy as jnp
 
     return jnp.tanh(x) * 2.0
+
+
+def tanh_mix(x: Any, y: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.tanh(x) * y + 0.5 * x
+
+
+def tanh_mix_task(rows: dict[str, int], *, name: str = "tanh_mix", default_scale: str = "ci") -> Any:
+    """``tanh(x) * y + 0.5 * x`` over (rows, 128) float32 inputs, ``rows`` per scale: the task the judge's fixture
+    candidates (tests/adversarial, ``kernel(x, y)``) are written for."""
+    from mk.task import ArgSpec, Scale, Task
+
+    args = (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32"))
+    return Task(name, tanh_mix, args, {s: Scale(s, {"rows": n}) for s, n in rows.items()}, default_scale=default_scale)

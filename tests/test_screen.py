@@ -5,25 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax.numpy as jnp
 import pytest
+from fakes import tanh_mix_task
 
 from mk.candidate import Candidate
 from mk.harness import build_suite, evaluate
 from mk.harness.evaluate import SCREEN_FLAG
 from mk.harness.results import EvalResult, TimingResult
-from mk.task import ArgSpec, Scale, Task
 from mk.tuning.autotune import autotune
 
 ADV = Path(__file__).parent / "adversarial"
 
 
-def _tanh_mix(x, y):
-    return jnp.tanh(x) * y + 0.5 * x
-
-
-TANH = Task("screen_tanh_mix", _tanh_mix, (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32")),
-            {"ci": Scale("ci", {"rows": 16})}, default_scale="ci")
+TANH = tanh_mix_task({"ci": 16}, name="screen_tanh_mix")
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +120,16 @@ def test_without_a_figure_to_rank_by_the_default_is_kept_without_trials(suite):
     calls.clear()
     tried = autotune(TANH, outside, target="gpu", suite=suite, evaluate=judge, max_trials=3, judged_default=default)
     assert len(tried.trials) == 3 and not tried.note.startswith("not tuned")
+
+
+def test_no_trials_asked_for_judges_nothing_again(suite):
+    """--trials 0 (max_trials=0): the default's own verdict stands, whatever its figures; before, a default without a
+    figure was judged again as a kept verdict (its claimed case at full took minutes for a matmul example)."""
+    cand = Candidate.from_source("import jax.numpy as jnp\n\nCONFIG_SPACE = {'a': [1, 2]}\n\n"
+                                 "def kernel(x, y, *, a=1):\n    return jnp.tanh(x) * y + 0.5 * x\n")
+    calls = []
+    default = EvalResult(status="correct", reason="the default on the whole suite", task=TANH.name, target="tpu",
+                         timing=TimingResult(measured=False, reason="not measured: no tpu device here"))
+    result = autotune(TANH, cand, target="tpu", suite=suite, evaluate=lambda *a, **k: calls.append(k), max_trials=0,
+                      judged_default=default)
+    assert calls == [] and result.config == {} and result.result is default and result.trials == []

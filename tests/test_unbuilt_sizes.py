@@ -6,23 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax.numpy as jnp
 import pytest
+from fakes import tanh_mix_task
 
 from mk.harness import build_suite, evaluate
 from mk.harness.envelope import Envelope
-from mk.task import ArgSpec, Scale, Task
+from mk.task import Scale
 
 ADV = Path(__file__).parent / "adversarial"
 
 
-def ref_tanh_mix(x, y):
-    return jnp.tanh(x) * y + 0.5 * x
-
-
 #: rows 256 at the task's one scale: the held-out scale grows it by its unit, 128, to 384
-TASK = Task("unbuilt_tanh_mix", ref_tanh_mix, (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("y", ("rows", 128), "float32")),
-            {"ci": Scale("ci", {"rows": 256})}, default_scale="ci")
+TASK = tanh_mix_task({"ci": 256}, name="unbuilt_tanh_mix")
 
 
 @pytest.fixture(scope="module")

@@ -97,6 +97,10 @@ def autotune(
         res = evaluate(task, candidate, target=target, suite=suite, config={})
         return TuneResult({}, res, [], measured=bool(res.timing and res.timing.measured), note="no CONFIG_SPACE: nothing to tune")
 
+    if max_trials <= 0:  # no trials asked for (--trials 0): the default's own verdict, nothing judged again
+        return TuneResult({}, judged_default, [], measured=bool(judged_default and judged_default.timing
+                                                               and judged_default.timing.measured),
+                          note="not tuned: no trials asked for")
     defaults = keyword_defaults(candidate)
     judged_is_default = bool(default) and all(k in defaults and defaults[k] == v for k, v in default.items())
     if judged_default is not None and judged_is_default and judged_default.status == "correct" \
