@@ -105,7 +105,9 @@ def progress_printer(console: Any) -> Any:
         elif kind == "proposal":
             console.print(f"[cyan]iteration {data['iteration']}[/]: {data['name']} — {data['rationale']}")
         elif kind == "trial":
-            status = "passes the screen" if data["status"] == "correct" and str(data.get("reason", "")).startswith("screened") \
+            from mk.harness.evaluate import SCREENED
+
+            status = "passes the screen" if data["status"] == "correct" and str(data.get("reason", "")).startswith(SCREENED) \
                 else data["status"]
             console.print(f"  trial {data['params']}: {status}" + (f" ({data['reason']})" if data["status"] != "correct" else "")
                           + trial_figure(data))

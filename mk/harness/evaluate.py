@@ -117,8 +117,6 @@ class _Run:
     covered: list[str] = field(default_factory=list)
     #: the suite's held-out scales (the frozen suite's; :func:`_narrow` may leave some out)
     heldout: tuple[str, ...] = ()
-    #: a tuning trial's screen (:func:`evaluate`'s ``screen``): the costliest checks are left to the winner's verdict
-    screen: bool = False
     #: whether the candidate declares its envelope (MK_ENVELOPE): then no judged size may be left out
     declares_envelope: bool = False
     #: held-out scales and fresh sizes the kernel cannot be built at (scale -> why): left out by :func:`_narrow`
@@ -234,7 +232,7 @@ def evaluate(
         extra = {s: declared[s] for s in run.compile_scales if s not in run.task.scales}
         if extra:
             run.task = run.task.with_scales({**run.task.scales, **extra})
-    run.chip, run.no_spills, run.claim, run.screen = the_chip, no_spills, claim and not screen, screen
+    run.chip, run.no_spills, run.claim = the_chip, no_spills, claim and not screen
     run.also_chips = tuple(c for c in (chip_for(tgt, name) for name in also_chips) if c is not None and c != the_chip)
     run.env, run.iso, run.tracer, run.runner = children
     status, reason, error = "correct", "", ""
@@ -256,7 +254,7 @@ def evaluate(
                   + (f", {len(sizes)} of them at fresh sizes {' and '.join(sizes)})" if len(sizes) > 1 else
                      f", one of them at a fresh size {sizes[0]})" if sizes else ")"))
         if screen:
-            reason = f"screened (a tuning trial, not a verdict to keep): {reason}"
+            reason = f"{SCREENED}: {reason}"
             run.flags.append(SCREEN_FLAG)
         else:
             reason += gradient_check(run)  # a written backward against the reference's VJP (mk/harness/gradient.py)
@@ -692,7 +690,8 @@ def _ablate(run: _Run) -> None:
                 run.flags.append(f"scale {scale}: {share:.0%} of the reference's FLOPs run outside the kernels")
 
 
-#: the flag on a screened result (a tuning trial): what it did not check
+#: how a screened result's reason begins (a tuning trial), and its flag: what it did not check
+SCREENED = "screened (a tuning trial, not a verdict to keep)"
 SCREEN_FLAG = ("screened for tuning: the TPU-interpreter checks, ablation, the backward check and fresh sizes did not run; "
                "the tuner judges its winner whole before keeping it")
 

@@ -206,12 +206,10 @@ def autotune(
     # whole suite already (judged again here as a kept verdict: its claims and the other chips' figures)
     ranked = [best] + [t.params for t in sorted(complete, key=lambda t: t.value if t.value is not None else math.inf)
                        if t.params != best]
-    order = list(dict.fromkeys(repr(sorted(c.items())) for c in ranked[:WHOLE_TRIES] + [default]))
-    by_key = {repr(sorted(c.items())): c for c in ranked + [default]}
+    order = list({key(c): c for c in ranked[:WHOLE_TRIES] + [default]}.values())  # in order, each config once
     refused: list[str] = []
     final = None
-    for k in order:
-        config = by_key[k]
+    for config in order:
         final = evaluate(task, candidate, target=target, suite=suite, config=config, **_kept_options(evaluate, target))
         if final.status == "correct":
             if refused:
