@@ -398,24 +398,30 @@ def cotangents(rng: np.random.Generator, outs: list[Any]) -> list[tuple[str, lis
     """The output cotangents each scale is judged with, their sizes drawn from ``rng`` (the secret seed) so a backward
     cannot tell a judged cotangent by its statistics: a normal one whose rows are scaled by factors in [0.1, 10], a
     constant c in [0.1, 10] (a weighted sum loss), c/N (a mean loss: small and constant) and a normal one of scale
-    in [1e2, 1e4] with rows scaled too (a large loss weight). A row is everything but the last axis; in the two
-    normal cotangents about a quarter of the rows (at least one, never all) are exactly zero, as loss-masked tokens
-    give (:func:`mk.task.zero_rows`, without its column)."""
+    in [1e2, 1e4] with rows scaled too (a large loss weight). A row is everything but the last axis. One of the two
+    normal cotangents, which one drawn from ``rng``, is a masked loss's: about a quarter of its rows (at least one,
+    never all) are exactly zero, as loss-masked tokens give (:func:`mk.task.zero_rows`, without its column); the
+    other is an unmasked loss's, with no zero row (round 15: a backward honest only when a row it looks at is zero
+    or of one of the judged spreads passed about one judgement in a hundred when both were masked)."""
     def each(fn: Any) -> list[np.ndarray]:
         return [np.asarray(fn(o)).astype(np.float32).astype(o.dtype) for o in outs]
 
-    def rows(o: Any) -> np.ndarray:
+    def rows(o: Any, masked: bool) -> np.ndarray:
         shape = tuple(o.shape)
         if len(shape) <= 1:
             return np.ones(shape)
         factors = 10.0 ** rng.uniform(-1.0, 1.0, shape[:-1] + (1,))
-        return zero_rows(rng, factors)  # the last axis has length 1 here: rows only, no column
+        # the last axis has length 1 here: rows only, no column
+        return zero_rows(rng, factors) if masked else factors
 
     c, big = 10.0 ** rng.uniform(-1.0, 1.0), 10.0 ** rng.uniform(2.0, 4.0)
-    return [("a normal cotangent with rows scaled by secret factors", each(lambda o: rng.standard_normal(tuple(o.shape)) * rows(o))),
+    first_masked = bool(rng.integers(2))
+    return [("a normal cotangent with rows scaled by secret factors",
+             each(lambda o: rng.standard_normal(tuple(o.shape)) * rows(o, first_masked))),
             (f"a constant cotangent {c:.3g} (a sum loss)", each(lambda o: np.full(tuple(o.shape), c))),
             (f"a cotangent of {c:.3g}/N (a mean loss)", each(lambda o: np.full(tuple(o.shape), c / max(int(np.prod(o.shape)), 1)))),
-            (f"a normal cotangent times {big:.3g}", each(lambda o: big * rng.standard_normal(tuple(o.shape)) * rows(o)))]
+            (f"a normal cotangent times {big:.3g}",
+             each(lambda o: big * rng.standard_normal(tuple(o.shape)) * rows(o, not first_masked)))]
 
 
 def bounds(task: Any, i: int) -> tuple[bool, float, tuple[float, float]]:
