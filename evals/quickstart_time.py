@@ -93,7 +93,7 @@ def measure(runs: int, trials: int | None) -> dict:
 
 
 def markdown(result: dict) -> str:
-    lines = [f"# Quick-start wall time against a floor\n",
+    lines = ["# Quick-start wall time against a floor\n",
              f"Command: `{result['command']}` · {result['date']} · {result['machine']['cpus']} CPUs, load "
              f"{result['machine']['load_avg_1m_at_end']} at the end (other work on the machine counts against both "
              f"alike: interleaved runs)\n",

@@ -561,7 +561,7 @@ def resume(run_id: str, fn: Callable[..., Any] | None = None, shapes: Any = None
     TaskError. The run keeps its snapshots (or a search its nodes) and goes on with its own config (target,
     author, iterations); ``lm`` replaces its author, ``budget`` (a :class:`mk.budget.Budget`) gives a new one.
     The kernel and report go to the run's own ``out`` unless given."""
-    from mk.run.modes import resume as resume_run
+    from mk.programs.modes import resume as resume_run
     from mk.run.output import prepare_output_dir, write_outputs
     from mk.store import Store
 

@@ -11,143 +11,16 @@ be opened is logged and the author goes on without retrieval.
 
 from __future__ import annotations
 
+import importlib
 import logging
-import textwrap
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from mk.errors import KnowledgeError
+from mk.contracts import as_author
+from mk.errors import ConfigError, KnowledgeError
 from mk.task import Task
 
 log = logging.getLogger(__name__)
-
-
-def declined_reason(declined: Mapping[str, str], width: int = 100) -> str:
-    """The stop reason of a run whose author proposed nothing: a header line, then one line per rule that declined
-    (``  name: why``, the reasons in one column), no line wider than ``width``. A long reason wraps under itself; one
-    past three lines (an exception's text) ends in `` ...`` there (the report's ``declined`` has it whole)."""
-    if not declined:
-        return "no rule applies to this task"
-    pad = min(max(len(name) for name in declined) + 1, 24)
-    lines = ["no rule applies to this task; why each rule declined it:"]
-    for name, why in declined.items():
-        head = f"  {name + ':':<{pad}} "
-        text = " ".join(str(why).split()) or "(no reason given)"
-        lines += textwrap.wrap(text, width=max(width, len(head) + 20), initial_indent=head,
-                               subsequent_indent=" " * len(head), max_lines=3, placeholder=" ...",
-                               break_on_hyphens=False)
-    return "\n".join(lines)
-
-
-class Author:
-    """The contract every author keeps (the offline rules, the LM sub-agents, a person's scripted one).
-
-    Required: ``name``, :meth:`plan` and :meth:`implement`. The rest have defaults an author overrides when it has
-    more to say: :meth:`fix` (repair a compile error / static rejection; default: cannot), :meth:`analyse` (read a
-    profile; default: nothing), :meth:`prepare` (synthesised test cases before the suite is frozen), :meth:`fork`
-    (a fresh author for a search node), :meth:`bind_run` (attribute its model calls to a run), :meth:`spend` (what it
-    has spent), ``stop_reason`` (why it has no further plan), ``declined`` (why it made no proposal, per rule;
-    :func:`declined_reason` makes it the run's stop reason),
-    ``meter`` (the budget its calls are charged to), ``spec`` (the string that rebuilds it: ``offline``,
-    ``lm:<model>`` or ``module:Factory``; "" when it cannot be rebuilt in another process)."""
-
-    name: str = "author"
-    spec: str = ""
-    stop_reason: str = ""
-    declined: dict[str, str] = {}
-    meter: Any = None
-
-    def plan(self, ctx: Any) -> Any:
-        raise NotImplementedError
-
-    def implement(self, ctx: Any, plan: Any) -> Any:
-        raise NotImplementedError
-
-    def fix(self, ctx: Any, proposal: Any, error: str) -> Any:
-        return None
-
-    def analyse(self, ctx: Any, report: Any) -> str:
-        return ""
-
-    def prepare(self, task: Task, target: str) -> tuple[Task, list[Any]]:
-        return task, []
-
-    def fork(self, **kwargs: Any) -> "Author":
-        import copy
-
-        return copy.deepcopy(self)
-
-    def bind_run(self, run_id: str | None) -> None:
-        return None
-
-    def spend(self) -> dict[str, Any]:
-        """LM calls and cost charged so far (``{}`` for an author that calls no model)."""
-        if self.meter is None:
-            return {}
-        u = self.meter.usage()
-        return {"lm_calls": u.lm_calls, "cost_usd": u.cost_usd}
-
-
-class Adapted(Author):
-    """An object that plans and implements but does not derive from :class:`Author`, with the contract's defaults
-    for what it lacks (tests and notebooks write such authors)."""
-
-    def __init__(self, inner: Any):
-        for required in ("plan", "implement"):
-            if not callable(getattr(inner, required, None)):
-                from mk.errors import ConfigError
-
-                raise ConfigError(f"{type(inner).__name__} is not an author: it has no {required}() method",
-                                  hint="an author needs name, plan(ctx) and implement(ctx, plan); see mk.authors.Author")
-        self.inner = inner
-        self.name = str(getattr(inner, "name", type(inner).__name__))
-
-    def __getattr__(self, item: str) -> Any:  # what the inner author has (only called for what Adapted lacks)
-        if item == "inner":
-            raise AttributeError(item)
-        return getattr(self.inner, item)
-
-    # the contract's attributes read through to the inner author (class defaults would shadow them otherwise)
-    spec = property(lambda self: getattr(self.inner, "spec", "") or "")
-    stop_reason = property(lambda self: getattr(self.inner, "stop_reason", "") or "")
-    declined = property(lambda self: getattr(self.inner, "declined", None) or {})
-    meter = property(lambda self: getattr(self.inner, "meter", None))
-
-    def plan(self, ctx: Any) -> Any:
-        return self.inner.plan(ctx)
-
-    def implement(self, ctx: Any, plan: Any) -> Any:
-        return self.inner.implement(ctx, plan)
-
-    def fix(self, ctx: Any, proposal: Any, error: str) -> Any:
-        f = getattr(self.inner, "fix", None)
-        return f(ctx, proposal, error) if callable(f) else None
-
-    def analyse(self, ctx: Any, report: Any) -> str:
-        f = getattr(self.inner, "analyse", None)
-        return f(ctx, report) if callable(f) else ""
-
-    def prepare(self, task: Task, target: str) -> tuple[Task, list[Any]]:
-        f = getattr(self.inner, "prepare", None)
-        return f(task, target) if callable(f) else (task, [])
-
-    def fork(self, **kwargs: Any) -> Author:
-        f = getattr(self.inner, "fork", None)
-        return as_author(f(**kwargs) if callable(f) else __import__("copy").deepcopy(self.inner))
-
-    def bind_run(self, run_id: str | None) -> None:
-        f = getattr(self.inner, "bind_run", None)
-        if callable(f):
-            f(run_id)
-
-    def spend(self) -> dict[str, Any]:
-        f = getattr(self.inner, "spend", None)
-        return f() if callable(f) else Author.spend(self)
-
-
-def as_author(obj: Any) -> Author:
-    """``obj`` as an :class:`Author`: itself when it derives from it, else wrapped with the contract's defaults."""
-    return obj if isinstance(obj, Author) else Adapted(obj)
 
 
 class LazyKnowledge:
@@ -190,6 +63,8 @@ def resolve_author(lm: Any = None, *, store: Any = None, run_id: str | None = No
     ``knowledge``: a retriever (``retrieve(query, k)``) or None for the
     default knowledge store, opened lazily. ``explore``: without a device of the target, keep asking the model
     after the first correct kernel (by default the LM author stops there: nothing more can be measured)."""
+    # deferred: the offline author imports JAX and its templates, the LM accounting DSPy (an mk command that only
+    # lists runs imports neither)
     from mk.author import ANNOUNCEMENT, OfflineAuthor
     from mk.author.adapter import OfflineAuthorAdapter
     from mk.lm import Accountant, accounted, resolve_lm
@@ -235,3 +110,44 @@ def prepare_suite(author: Any, task: Task, target: str) -> tuple[Task, Any]:
 
     run_task, suite, _ = freeze_suite(as_author(author), task, target)
     return run_task, suite
+
+
+def build_author(spec: str, *, store: Any = None, run_id: str | None = None, budget: Any = None, name: str = "",
+                 explore: bool = False) -> Any:
+    """The author ``spec`` names, built afresh (an LM author's calls are recorded under ``run_id``)."""
+    if not spec:
+        raise ConfigError(f"the run's author {name or '(unnamed)'!r} cannot be rebuilt from the store (it was a Python object, "
+                          "not a spec)", hint="resume it from Python and pass author= again, or start a new run")
+    if spec.startswith("lm:"):  # the accounted LM author, its calls recorded under run_id
+        author, _ = resolve_author(spec[3:], store=store, run_id=run_id, budget=budget, explore=explore)
+        return author
+    return make_author(spec)
+
+
+def make_author(author: Any) -> Any:
+    """An Author from a spec (``"offline"`` or ``"module:Factory"``), a factory (class or function), or an instance
+    (its ``fork()`` where it has one, else a deep copy)."""
+    if isinstance(author, str):
+        if author == "offline":
+            from mk.author.adapter import OfflineAuthorAdapter  # deferred: the offline author imports JAX and its templates
+
+            return OfflineAuthorAdapter()
+        if author.startswith("lm:"):  # mk's LM author over a model string (its calls are not stored from a worker)
+            return resolve_author(author[3:])[0]
+        module, _, attr = author.partition(":")
+        if not module or not attr:
+            raise ConfigError(f"cannot build an author from {author!r}",
+                              hint="give 'offline' or an importable factory as 'package.module:Name'")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"cannot import the author factory {author!r}: {exc}",
+                              hint="make the module importable (PYTHONPATH) or pass author= explicitly") from exc
+        return obj()
+    if isinstance(author, type) or (callable(author) and not hasattr(author, "plan")):
+        return author()
+    from mk.contracts import as_author
+
+    return as_author(author).fork()  # authors holding live resources (an LM client, a store) know how to start afresh

@@ -9,7 +9,7 @@ InvalidRequestError / AuthError (not retried), an unreadable answer →
 ProviderError.
 
 Per sub-agent settings (temperature, thinking) come from the agent named by
-:func:`mk.lm.current_agent`; a value the request sets itself wins.
+:func:`mk.scopes.current_agent`; a value the request sets itself wins.
 
 Usage is reported with ``output_tokens`` = visible + thinking tokens (what
 Gemini bills as output) and ``reasoning_tokens`` = thinking tokens.
@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping
 from dspy import lm15
 from dspy.lm15 import Message, Request, Response, TextPart, ThinkingPart, Usage
 
-from mk.lm import current_agent
+from mk.scopes import current_agent
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The main job: optimise a task end to end and write the best kernel.
 
 ``optimize_task`` resolves the author (an LM, or the offline rule-based one), creates the run through
-:class:`mk.run.Run`, drives the mode (:mod:`mk.run.modes`) and writes the fastest correct kernel with a
+:class:`mk.run.Run`, drives the mode (:mod:`mk.programs.modes`) and writes the fastest correct kernel with a
 provenance header plus a JSON report (:mod:`mk.run.output`).
 """
 
@@ -49,7 +49,7 @@ def optimize_task(
     from mk.budget import Budget, BudgetMeter
     from mk.run import Run, RunConfig
     from mk.run.config import author_fields
-    from mk.run.modes import drive
+    from mk.programs.modes import drive
     from mk.run.output import write_outputs
     from mk.store import Store
     from mk.targets import get_target
@@ -85,7 +85,7 @@ def optimize_task(
         try:
             outcome = drive(run, author, meter=meter, on_event=on_event)
         except KeyboardInterrupt as stop:  # the run is marked; the best kernel so far and a report still go to --out
-            from mk.run.modes import stored_outcome
+            from mk.run.restore import stored_outcome
 
             write_outputs(run, stored_outcome(run, "interrupted", str(stop)), out_dir, author=author.name)
             raise

@@ -18,7 +18,6 @@ sub-agent's ``forward`` sets with :func:`agent_scope`.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import copy
 import functools
 import logging
@@ -30,46 +29,12 @@ from typing import Any, Iterator, Literal, Mapping
 
 from mk.budget import Budget, BudgetMeter, PriceTable, default_prices, usage_tokens
 from mk.errors import ConfigError, MkError
+from mk.scopes import current_agent, current_node
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-pro"
 OFFLINE = "offline"
-
-_AGENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("mk_lm_agent", default=None)
-_NODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("mk_lm_node", default=None)
-
-
-# --- scopes ----------------------------------------------------------------
-@contextlib.contextmanager
-def agent_scope(name: str) -> Iterator[None]:
-    """Attribute the LM calls made inside the block to sub-agent ``name``."""
-    token = _AGENT.set(name)
-    try:
-        yield
-    finally:
-        _AGENT.reset(token)
-
-
-@contextlib.contextmanager
-def node_scope(node_id: str | None) -> Iterator[None]:
-    """Attribute the LM calls made inside the block to search node ``node_id`` (None: keep the enclosing one)."""
-    if node_id is None:
-        yield
-        return
-    token = _NODE.set(node_id)
-    try:
-        yield
-    finally:
-        _NODE.reset(token)
-
-
-def current_agent() -> str | None:
-    return _AGENT.get()
-
-
-def current_node() -> str | None:
-    return _NODE.get()
 
 
 # --- resolution --------------------------------------------------------------

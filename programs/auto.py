@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from mk.author.proposal import Proposal
-from mk.authors import Author, as_author  # noqa: F401 - the author contract (one definition, in mk.authors)
+from mk.contracts import Author, Context, Plan, Snapshot, as_author, declined_reason  # noqa: F401 - the contracts (mk.contracts)
 from mk.candidate import Candidate
 from mk.errors import BudgetExceeded, CandidateError, MkError
 from mk.harness.results import EvalResult
@@ -32,87 +32,6 @@ from mk.tuning.autotune import TuneResult, autotune
 log = logging.getLogger(__name__)
 
 PHASES = ("plan", "implement", "validate", "test", "autotune", "profile", "snapshot")
-
-
-@dataclass
-class Plan:
-    """What the author intends to try: a short name, readable text, and its structured form."""
-
-    name: str
-    text: str
-    data: Any = None
-
-
-@dataclass
-class Context:
-    """What an author sees when it plans, implements or fixes."""
-
-    task: Task
-    target: str
-    history: list["Snapshot"]
-    feedback: str = ""
-    run_id: str | None = None
-    node_id: str | None = None  # the node of the attempt in flight, once its code exists
-    iteration: int = 0  # the attempt in flight (0 outside an Auto loop)
-    plan: "Plan | None" = None  # the attempt's plan (what a fixer must keep), once chosen
-    lessons: str = ""  # what earlier runs learned that fits this call (mk.lessons): fixes for a fixer, plans for a planner
-
-
-@dataclass
-class Snapshot:
-    iteration: int
-    proposal: str
-    rationale: str
-    source: str
-    config: dict[str, Any]
-    status: str
-    reason: str
-    speedup: float | None
-    result: EvalResult | None
-    node_id: str | None = None
-    tuning_note: str = ""
-    failed_phase: str | None = None
-    profile: ProfileReport | None = None
-    feedback: str = ""
-
-    @property
-    def correct(self) -> bool:
-        return self.status == "correct"
-
-    @property
-    def compile_check(self) -> str:
-        """Which chip compile judged it (``EvalResult.compile_check``), "" without a verdict."""
-        return self.result.compile_check if self.result is not None else ""
-
-    @property
-    def estimate(self) -> Any:
-        """Without the device: the compiler's estimated speedup (``EvalResult.estimate``), never a measurement."""
-        return self.result.estimate if self.result is not None else None
-
-    @property
-    def covered(self) -> dict[str, Any]:
-        """Declared sizes the verdict claims without running them (``EvalResult.covered``)."""
-        return dict(self.result.covered) if self.result is not None else {}
-
-    @property
-    def compiled(self) -> list[Any]:
-        """The chip compiler's figures per scale (``EvalResult.compiled``)."""
-        return list(self.result.compiled) if self.result is not None else []
-
-    def summary(self) -> str:
-        """One line for the next plan: what was tried and what the judge said."""
-        parts = [f"iteration {self.iteration} ({self.proposal}): {self.status}"]
-        if self.failed_phase:
-            parts.append(f"failed in {self.failed_phase}")
-        if self.reason:
-            parts.append(self.reason)
-        if self.speedup is not None:
-            parts.append(f"speedup {self.speedup:.2f}x")
-        if self.config:
-            parts.append(f"config {self.config}")
-        if self.feedback:
-            parts.append(self.feedback)
-        return "; ".join(parts)
 
 
 @dataclass
@@ -490,7 +409,6 @@ class Auto:
         """End the trajectory with one stop reason: the same words in the run's row, the report and the CLI."""
         declined = self.author.declined or {}
         if not traj.snapshots and declined and "no further proposals" in reason:  # the author proposed nothing: say why
-            from mk.authors import declined_reason
 
             reason = declined_reason(declined)
         best = traj.best

@@ -6,7 +6,7 @@ from typing import Any, Callable, Sequence
 
 import dspy
 
-from mk.lm import agent_scope
+from mk.scopes import agent_scope
 from mk.programs.validation import Implementation, InvalidOutput, check_code, positional_count, run_validated, strip_fences
 from mk.signatures import FixCompileError
 

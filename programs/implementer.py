@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import dspy
 
-from mk.lm import agent_scope
+from mk.scopes import agent_scope
 from mk.programs.validation import Implementation, as_text, check_code, positional_count, run_validated
 from mk.signatures import ImplementKernel, Plan
 

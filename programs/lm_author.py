@@ -11,7 +11,7 @@ One trajectory with a language model looks like::
 
 Every sub-agent call runs with the author's LM (already wrapped by
 :func:`mk.lm.accounted`, so its calls are budgeted and recorded) inside
-:func:`mk.lm.agent_scope` and :func:`mk.lm.node_scope`.
+:func:`mk.scopes.agent_scope` and :func:`mk.scopes.node_scope`.
 
 Synthesised test cases: the harness's :class:`~mk.harness.suite.Case` is
 (scale, seed, distribution), so a case with new shapes becomes an extra
@@ -60,10 +60,9 @@ from mk.author.proposal import Proposal
 from mk.errors import AgentOutputError, BudgetExceeded, ConfigError, KnowledgeError, MkError
 from mk.harness.suite import DEFAULT_DISTRIBUTIONS, DEFAULT_SEEDS, Case
 from mk.harness.results import reason_of
-from mk.lm import agent_scope, node_scope
+from mk.scopes import agent_scope, node_scope
 from mk.profile import ProfileReport
-from mk.authors import Author
-from mk.programs.auto import Context, Plan
+from mk.contracts import Author, Context, Plan
 from mk.programs.validation import positional_count
 from mk.task import Scale, Task
 
@@ -565,7 +564,7 @@ class LMAuthor(Author):
     def draw_lm(self, repeat: int = 0) -> Any:
         """The LM for one sub-agent call: ``self.lm`` itself (DSPy's cache may answer) unless this author samples a
         rollout or the call repeats inputs (``repeat`` > 0); then a copy with a distinct ``rollout_id``."""
-        from mk.lm import current_agent
+        from mk.scopes import current_agent
 
         lm = self.agent_lms.get(current_agent() or "", self.lm)  # the sub-agent in scope may have its own model
         if self.rollout is None and repeat == 0:

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import dspy
 
-from mk.lm import agent_scope
+from mk.scopes import agent_scope
 from mk.programs.validation import InvalidOutput, as_text, run_validated
 from mk.signatures import Plan, PlanOptimization
 

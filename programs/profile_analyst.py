@@ -6,7 +6,7 @@ from typing import Any
 
 import dspy
 
-from mk.lm import agent_scope
+from mk.scopes import agent_scope
 from mk.programs.validation import InvalidOutput, as_text, run_validated
 from mk.signatures import AnalyzeProfile, ProfileAnalysis
 

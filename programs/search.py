@@ -40,14 +40,15 @@ import pickle
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Mapping
 
+from mk.authors import make_author
 from mk.errors import ConfigError, StoreError
 from mk.run.stop import budget_stop_reason, is_budget_stop
-from mk.programs.search_workers import (DUPLICATE, InlinePool, NodeJob, NodeResult, Pool, author_spec, choose_plan, make_author,
+from mk.programs.search_workers import (DUPLICATE, InlinePool, NodeJob, NodeResult, Pool, author_spec, choose_plan,
                                         make_pool)
 
 log = logging.getLogger(__name__)
 
-from mk.programs.search_algorithms import ALGORITHMS, Spec as _Spec, get_algorithm  # noqa: E402
+from mk.programs.search_algorithms import Spec as _Spec, get_algorithm  # noqa: E402
 
 WORKERS = ("process", "inline", "ray")
 
@@ -290,7 +291,7 @@ class Search:
 
     def _run_level(self, store: Any, run_id: str, task: Any, suite: Any, cfg: SearchConfig, specs: list[_Spec],
                    done: dict[str, NodeRecord], pool: Pool) -> list[NodeRecord]:
-        from mk.programs.auto import Context
+        from mk.contracts import Context
 
         jobs = []
         groups: dict[str | None, list[_Spec]] = {}
@@ -333,7 +334,7 @@ class Search:
                 avoid = set(chosen) | set(lineage_plans)
                 if s.note:  # a population search: a child is a new variant, so no plan any node already took
                     avoid |= {p for n in done.values() for p in n.plans} | {j.first_plan.name for _, j in jobs}
-                from mk.lm import node_scope
+                from mk.scopes import node_scope
 
                 with node_scope(pending):
                     plan = choose_plan(planner, ctx, avoid)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import logging
 import multiprocessing
 import os
@@ -25,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from mk.authors import make_author
 from mk.errors import ConfigError
 from mk.harness.results import EvalResult
 
@@ -45,37 +45,6 @@ def author_spec(author: Any) -> str | None:
     from mk.run.config import author_spec as spec
 
     return spec(author) or None
-
-
-def make_author(author: Any) -> Any:
-    """An Author from a spec (``"offline"`` or ``"module:Factory"``), a factory (class or function), or an instance
-    (its ``fork()`` where it has one, else a deep copy)."""
-    if isinstance(author, str):
-        if author == "offline":
-            from mk.author.adapter import OfflineAuthorAdapter
-
-            return OfflineAuthorAdapter()
-        if author.startswith("lm:"):  # mk's LM author over a model string (its calls are not stored from a worker)
-            from mk.authors import resolve_author
-
-            return resolve_author(author[3:])[0]
-        module, _, attr = author.partition(":")
-        if not module or not attr:
-            raise ConfigError(f"cannot build an author from {author!r}",
-                              hint="give 'offline' or an importable factory as 'package.module:Name'")
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"cannot import the author factory {author!r}: {exc}",
-                              hint="make the module importable (PYTHONPATH) or pass author= explicitly") from exc
-        return obj()
-    if isinstance(author, type) or (callable(author) and not hasattr(author, "plan")):
-        return author()
-    from mk.authors import as_author
-
-    return as_author(author).fork()  # authors holding live resources (an LM client, a store) know how to start afresh
 
 
 class BranchAuthor:
@@ -239,7 +208,7 @@ def _load_task(job: NodeJob) -> Any:
 
 def run_node(job: NodeJob) -> NodeResult:
     """Run one node's Auto session (store=None) and return its snapshots as plain values (and its LM calls)."""
-    from mk.lm import node_scope
+    from mk.scopes import node_scope
 
     with node_scope(f"pending:{job.key}"):  # the node's id is known once the orchestrator writes it
         return _run_node(job)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from mk.author.proposal import Proposal
 from mk.budget import Budget
 from mk.errors import ConfigError
-from mk.harness.results import EvalResult
+from mk.harness.results import EvalResult, shown_status
 from mk.profile import ProfileReport
 from mk.programs.auto import Attempt, Auto, PhaseResult, Plan, Snapshot, Trajectory
 from mk.task import Task
@@ -114,7 +114,7 @@ class Session:
             self.traj.attempt = Attempt(max((s.iteration for s in self.traj.snapshots), default=0) + 1)
 
     def _auto_meter(self) -> Any:
-        from mk.authors import as_author
+        from mk.contracts import as_author
 
         return as_author(self.author).meter
 
@@ -127,8 +127,8 @@ class Session:
         :class:`mk.budget.Budget` for what is left to do). The task is loaded again with the run's own scales and
         its frozen suite must be unchanged; the author is rebuilt from the run's spec unless ``author`` is given."""
         from mk.run import Run
-        from mk.run.config import build_author
-        from mk.run.modes import restore_snapshots
+        from mk.authors import build_author
+        from mk.run.restore import restore_snapshots
 
         spec, shared = _store_spec(db)
         with _open(spec, shared) as store:
@@ -238,7 +238,7 @@ class Session:
 
     def outcome(self, status: str | None = None) -> Any:
         """How the session stands, as every mode reports it (:class:`mk.run.service.Outcome`)."""
-        from mk.run.modes import outcome_of
+        from mk.run.restore import outcome_of
 
         reason = self.traj.stop_reason or f"stopped by the user after {len(self.snapshots)} snapshots (resume: {self.run.resume_command()})"
         return outcome_of(self.traj, self.author, status, reason)
@@ -416,7 +416,7 @@ def _tuning(tuned: TuneResult) -> Any:
         table = Table("trial", "params", "status", "measured s", "estimated s", "reason")
         for t in tuned.trials:
             est = f"{_num(t.estimated_s)} ({t.estimated_at}, an estimate)" if t.estimated_s is not None else "-"
-            table.add_row(str(t.number), str(t.params), t.status, _num(t.seconds), est, t.reason)
+            table.add_row(str(t.number), str(t.params), shown_status(t.status, t.reason), _num(t.seconds), est, t.reason)
         parts.append(table)
     return Group(*parts)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import dspy
 
-from mk.lm import agent_scope
+from mk.scopes import agent_scope
 from mk.programs.validation import as_text, check_test_cases, run_validated
 from mk.signatures import SynthesizeTests, TestCase
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import dspy
 
-from mk.lm import agent_scope
+from mk.scopes import agent_scope
 from mk.programs.validation import as_text, check_config_space, run_validated, strip_fences
 from mk.signatures import ProposeTuningSpace
 

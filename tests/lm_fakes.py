@@ -12,13 +12,14 @@ import dspy
 from dspy.clients.cache import Cache
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.dsp.utils.settings import DEFAULT_CONFIG
+from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
 from fake_gemini import Agents, FakeGemini
 
 from mk.gemini import gemini_lm
 from mk.lm import Accountant, accounted
 
-__all__ = ["Agents", "BROKEN", "CONTINUE", "EXAMPLES", "FakeKnowledge", "KERNEL", "PLAN", "PLAN_A", "STOP", "ScriptedLM",
+__all__ = ["Agents", "BROKEN", "CONTINUE", "EXAMPLES", "FakeKnowledge", "KERNEL", "PLAN", "PLAN_A", "STOP", "RoutedLM", "ScriptedLM",
            "fresh_dspy", "gemini", "prompts", "script"]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -77,6 +78,32 @@ class ScriptedLM(DummyLM):
         copied = super().copy(**kwargs)
         copied._engine_spec, copied._async_engine_spec = self._engine_spec, self._async_engine_spec
         return copied
+
+
+class _RoutedEngine(DummyEngine):
+    def _complete_messages(self, messages):
+        text = self.owner.route(messages)
+        return Response(id=None, model="dummy", message=Message.assistant([TextPart(text)]), finish_reason="stop",
+                        usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0))
+
+
+class RoutedLM(DummyLM):
+    """A DSPy LM whose every reply is ``route(lm, messages)``, the whole text (for prompts that are not one
+    signature's: an optimiser's reflection, an instruction proposal). A copy routes with its own engine."""
+
+    def __init__(self, route):
+        super().__init__({})
+        self._route = route
+        self._engine_spec = _RoutedEngine(self)
+        self.asked: list[str] = []
+
+    def copy(self, **kwargs):
+        copied = super().copy(**kwargs)
+        copied._engine_spec = _RoutedEngine(copied)
+        return copied
+
+    def route(self, messages) -> str:
+        return self._route(self, messages)
 
 
 class FakeKnowledge:

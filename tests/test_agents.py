@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 
 import dspy
 import jax.numpy as jnp
 import pytest
-from dspy.clients.cache import Cache
-from dspy.dsp.utils.settings import DEFAULT_CONFIG
+from lm_fakes import fresh_dspy
 from dspy.utils.dummies import DummyLM
 
 from mk.errors import AgentOutputError
@@ -22,9 +20,7 @@ from mk.task import ArgSpec, Scale, Task
 
 @pytest.fixture(autouse=True)
 def _fresh_dspy(monkeypatch):
-    monkeypatch.setattr(dspy, "cache", Cache(False, True, None))
-    yield
-    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    yield from fresh_dspy(monkeypatch)
 
 
 def rmsnorm(x, w):

@@ -113,7 +113,7 @@ def test_show_piped_prints_verdict_reasons_whole(tmp_path):
 def test_a_stop_reason_of_many_lines_prints_as_a_table(tmp_path, capsys):
     """Issue 24, item 5: a no-kernel run's reason is a head line and one line per declined rule; `mk show` prints the
     rows under the head, `mk runs` keeps one row per run, and `--json` has the reason whole."""
-    from mk.authors import declined_reason
+    from mk.contracts import declined_reason
 
     db = str(tmp_path / "table.duckdb")
     declined = {"matmul": "the matmul template needs a top-level matrix product, found none",

@@ -11,7 +11,7 @@ import pytest
 import mk.harness
 from mk.candidate import Candidate
 from mk.cli import main
-from mk.harness.results import EvalResult, TimingResult
+from mk.harness.results import EvalResult, SpeedEstimate, TimingResult
 from mk.harness.suite import build_suite
 from mk.loaders import load_task
 from mk.store import Store
@@ -143,9 +143,7 @@ def test_the_trial_of_the_default_config_reuses_its_verdict_on_the_whole_suite(f
     assert len(calls) == 3
 
 
-def _estimated(kernel_us: float, scale: str = "full") -> "SpeedEstimate":
-    from mk.harness.results import SpeedEstimate
-
+def _estimated(kernel_us: float, scale: str = "full") -> SpeedEstimate:
     return SpeedEstimate(chip="v6e", scale=scale, kernel_s=kernel_us * 1e-6, kernel_bound="memory", baseline_s=100e-6,
                          baseline_bound="memory", estimated_speedup=100 / kernel_us, model="a test model", judged=False)
 

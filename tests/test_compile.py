@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 
 import dspy
 import pytest
-from dspy.clients.cache import Cache
-from dspy.clients.engines.dummy_engine import DummyEngine
-from dspy.dsp.utils.settings import DEFAULT_CONFIG
-from dspy.lm15 import Message, Response, TextPart, Usage
-from dspy.utils.dummies import DummyLM
+from lm_fakes import RoutedLM, fresh_dspy
 
 from evals import compile as comp
 from mk.compiled import load_compiled
@@ -36,51 +31,34 @@ BROKEN = "def kernel(x, scale, epsilon):\n    return undefined_helper(x)\n"
 PLAN = {"approach": "jax", "strategy": "Compute the statistics in float32 in one fused expression.", "expected_speedup": 1.2}
 
 
-class _Engine(DummyEngine):
-    def _complete_messages(self, messages):
-        text = self.owner.route(messages)
-        return Response(id=None, model="dummy", message=Message.assistant([TextPart(text)]), finish_reason="stop",
-                        usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0))
-
-
-class ScriptedLM(DummyLM):
+def _route(lm, messages) -> str:
     """Answers by the output fields the prompt asks for: wrong code under the seed instruction, correct
     code once the instruction holds BETTER; a plan for the planner; BETTER in every field of any other
     signature (GEPA's reflection, MIPRO's proposals); a raw prompt gets BETTER in a code block."""
+    outputs = messages[0]["content"].partition("Your output fields are:")[2].partition("All interactions")[0]
+    wanted = re.findall(r"^\d+\. `(\w+)`", outputs, flags=re.M)
+    lm.asked.append(",".join(wanted) or "reflection")
+    if not wanted:
+        return f"Here is the improved instruction:\n```\n{BETTER}\n```"
+    if "code" in wanted:
+        answer = {"code": CORRECT if "IMPROVED-INSTRUCTION" in messages[0]["content"] else WRONG, "config_space": {}}
+    elif "plan" in wanted:
+        answer = {"plan": PLAN}
+    else:
+        answer = {name: BETTER for name in wanted}
+    if "JSON" in messages[0]["content"]:  # the JSONAdapter (GEPA's instruction proposer uses it)
+        return json.dumps(answer)
+    return lm._format_answer_fields(answer)
 
-    def __init__(self):
-        super().__init__({})
-        self._engine_spec = _Engine(self)
-        self.asked: list[str] = []
 
-    def copy(self, **kwargs):
-        copied = super().copy(**kwargs)
-        copied._engine_spec = _Engine(copied)
-        return copied
-
-    def route(self, messages) -> str:
-        outputs = messages[0]["content"].partition("Your output fields are:")[2].partition("All interactions")[0]
-        wanted = re.findall(r"^\d+\. `(\w+)`", outputs, flags=re.M)
-        self.asked.append(",".join(wanted) or "reflection")
-        if not wanted:
-            return f"Here is the improved instruction:\n```\n{BETTER}\n```"
-        if "code" in wanted:
-            answer = {"code": CORRECT if "IMPROVED-INSTRUCTION" in messages[0]["content"] else WRONG, "config_space": {}}
-        elif "plan" in wanted:
-            answer = {"plan": PLAN}
-        else:
-            answer = {name: BETTER for name in wanted}
-        if "JSON" in messages[0]["content"]:  # the JSONAdapter (GEPA's instruction proposer uses it)
-            return json.dumps(answer)
-        return self._format_answer_fields(answer)
+def ScriptedLM() -> RoutedLM:
+    return RoutedLM(_route)
 
 
 @pytest.fixture(autouse=True)
 def _fresh_dspy(monkeypatch):
-    monkeypatch.setattr(dspy, "cache", Cache(False, True, None))
     monkeypatch.delenv("MK_NO_COMPILED", raising=False)
-    yield
-    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    yield from fresh_dspy(monkeypatch)
 
 
 @pytest.fixture(scope="module")

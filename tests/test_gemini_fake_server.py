@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import copy
 import time
 import uuid
 
 import dspy
 import pytest
-from dspy.clients.cache import Cache
-from dspy.dsp.utils.settings import DEFAULT_CONFIG
+from lm_fakes import fresh_dspy
 from dspy.utils.exceptions import LMAuthError, LMProviderError, LMServerError, LMTimeoutError
 
 from fake_gemini import FakeGemini, error, malformed, ok, slow
 from dspy.lm15 import Message, Request
 
 from mk.gemini import AgentSettings, GeminiEngine, gemini_lm
-from mk.lm import Accountant, accounted, agent_scope, node_scope
+from mk.lm import Accountant, accounted
+from mk.scopes import agent_scope, node_scope
 
 
 @pytest.fixture(autouse=True)
 def _fresh_dspy(monkeypatch):
-    monkeypatch.setattr(dspy, "cache", Cache(False, True, None))
-    yield
-    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    yield from fresh_dspy(monkeypatch)
 
 
 @pytest.fixture

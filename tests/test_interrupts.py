@@ -79,7 +79,7 @@ def test_ctrl_c_in_hitl_names_its_own_resume_command(tmp_path):
     args = ["-v", "hitl", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out,
             "--iterations", "2", "--trials", "1"]
     rc, _, err = _interrupt(args, tmp_path, "mk.harness.isolation", stdin="a\na\na\n")
-    assert rc == 130 and f"continue it with: mk hitl --resume " in err and f"--db {db}" in err, err[-2000:]
+    assert rc == 130 and "continue it with: mk hitl --resume " in err and f"--db {db}" in err, err[-2000:]
     run_id = _run_id(err)
     with Store.open(db) as store:
         assert store.get_run(run_id)["status"] == "interrupted"
@@ -94,7 +94,7 @@ def test_sigterm_ends_a_run_like_ctrl_c(tmp_path):
     args = ["-v", "optimize", str(EXAMPLE), "--lm", "offline", "--target", "tpu", "--scale", "ci", "--db", db, "--out", out,
             "--iterations", "1", "--trials", "1"]
     rc, _, err = _interrupt(args, tmp_path, "mk.harness.isolation", sig=signal.SIGTERM)
-    assert rc == 130 and " interrupted; " in err and f"continue it with: mk resume " in err, err[-2000:]
+    assert rc == 130 and " interrupted; " in err and "continue it with: mk resume " in err, err[-2000:]
     with Store.open(db) as store:
         assert store.get_run(_run_id(err))["status"] == "interrupted"
 

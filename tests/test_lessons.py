@@ -3,13 +3,9 @@ retrieved for the fixer and planner of a later run on a similar task, listed and
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
-import dspy
 import pytest
-from dspy.clients.cache import Cache
-from dspy.dsp.utils.settings import DEFAULT_CONFIG
 
 from fake_gemini import FakeGemini
 from mk.cli import main
@@ -19,14 +15,12 @@ from mk.programs.auto import Auto
 from mk.programs.lm_author import LMAuthor
 from mk.store import Store
 
-from lm_fakes import BROKEN, EXAMPLES, KERNEL, PLAN_A, STOP, Agents, gemini, prompts
+from lm_fakes import Agents, BROKEN, EXAMPLES, KERNEL, PLAN_A, STOP, fresh_dspy, gemini, prompts
 
 
 @pytest.fixture(autouse=True)
 def _fresh_dspy(monkeypatch):
-    monkeypatch.setattr(dspy, "cache", Cache(False, True, None))
-    yield
-    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    yield from fresh_dspy(monkeypatch)
 
 
 def _run(task, db, **answers):

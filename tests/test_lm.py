@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import copy
 import uuid
 
 import dspy
 import pytest
+from lm_fakes import fresh_dspy
 from dspy import lm15
-from dspy.clients.cache import Cache
-from dspy.dsp.utils.settings import DEFAULT_CONFIG
 from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.exceptions import LMServerError
 
 from mk.budget import Budget, BudgetMeter, Price, PriceTable
 from mk.errors import BudgetExceeded, ConfigError
 from mk.gemini import GeminiEngine
-from mk.lm import Accountant, accounted, agent_scope, node_scope, require_lm, resolve_lm
+from mk.lm import Accountant, accounted, require_lm, resolve_lm
+from mk.scopes import agent_scope, node_scope
 
 
 @pytest.fixture(autouse=True)
 def _fresh_dspy(monkeypatch):
-    monkeypatch.setattr(dspy, "cache", Cache(False, True, None))
-    yield
-    dspy.settings.configure(**copy.deepcopy(DEFAULT_CONFIG))
+    yield from fresh_dspy(monkeypatch)
 
 
 class ScriptedEngine:

@@ -304,7 +304,7 @@ def test_beam_search_width_2_depth_2_repeats_no_planner_prompt(fake, tmp_path):
 def test_the_reason_is_the_cause_not_a_docs_link_and_earlier_fixes_quote_it():
     """JAX's Pallas errors end with "See details at <url>": the verdict's line is the cause above it; the fixer's
     list of earlier attempts quotes each attempt's reason, not the candidate's traceback lines after it."""
-    from mk.harness.evaluate import _last_line
+    from mk.harness.judging import _last_line
     from mk.harness.results import WHOLE_ERROR, reason_of
     from mk.programs.lm_author import _fixes_text
 

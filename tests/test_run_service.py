@@ -13,7 +13,8 @@ from mk.budget import Budget
 from mk.errors import ConfigError, TaskError, TargetError
 from mk.harness.suite import Case
 from mk.run import Run, RunConfig, best_of
-from mk.run.config import author_fields, build_author
+from mk.authors import build_author
+from mk.run.config import author_fields
 from mk.store import Store
 
 EXAMPLE = Path(__file__).resolve().parent / "fixtures" / "small" / "softmax.py"  # the example with a small full size
@@ -77,7 +78,7 @@ def test_best_is_the_fastest_measured_correct_else_the_first_correct():
 
 
 # --- Run -----------------------------------------------------------------------------------------
-from mk.authors import Author  # noqa: E402
+from mk.contracts import Author  # noqa: E402
 
 
 class _Synthesizer(Author):
@@ -230,7 +231,7 @@ def test_explore_is_stored_with_the_run_and_given_back_to_the_rebuilt_author(tmp
 def test_one_author_contract_with_defaults_for_the_optional_hooks(task_file, tmp_path):
     from mk.author.adapter import OfflineAuthorAdapter
     from mk.author.proposal import Proposal
-    from mk.authors import Author, as_author
+    from mk.contracts import Author, as_author
     from mk.programs.auto import Auto, Plan
     from mk.programs.lm_author import LMAuthor
 
@@ -304,7 +305,7 @@ def test_a_budget_spent_during_tuning_keeps_the_verified_kernel(task_file):
     """The budget runs out in the middle of autotuning: tuning stops between trials and the kernel that passed the
     whole suite is kept (its verified default config), not thrown away."""
     from mk.author.proposal import Proposal
-    from mk.authors import Author
+    from mk.contracts import Author
     from mk.budget import BudgetMeter
     from mk.harness.results import EvalResult
     from mk.programs.auto import Auto, Plan

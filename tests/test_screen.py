@@ -10,8 +10,7 @@ from fakes import tanh_mix_task
 
 from mk.candidate import Candidate
 from mk.harness import build_suite, evaluate
-from mk.harness.evaluate import SCREEN_FLAG
-from mk.harness.results import EvalResult, TimingResult
+from mk.harness.results import SCREEN_FLAG, SCREENED, EvalResult, TimingResult, shown_status
 from mk.tuning.autotune import autotune
 
 ADV = Path(__file__).parent / "adversarial"
@@ -61,6 +60,15 @@ def test_trials_are_screens_and_the_winner_is_judged_whole(suite):
     assert result.config == {"a": 1} and result.result.status == "correct"
     assert "{'a': 2} passed its screen but was refused when judged whole (rejected: the race check)" in result.note
     assert "kept {'a': 1} (the default)" in result.note
+    # what a person reads: the HITL tuning table and `mk optimize`'s progress lines show a screen, not "correct"
+    from rich.console import Console
+
+    from mk.programs.session import _tuning
+
+    console = Console(width=200, record=True)
+    console.print(_tuning(result))
+    table = console.export_text()
+    assert "passes the screen" in table and " correct " not in table.replace("correct:", ""), table
 
 
 def test_a_whole_refusal_gives_way_to_the_next_config_by_the_ranking(suite):
@@ -133,3 +141,9 @@ def test_no_trials_asked_for_judges_nothing_again(suite):
     result = autotune(TANH, cand, target="tpu", suite=suite, evaluate=lambda *a, **k: calls.append(k), max_trials=0,
                       judged_default=default)
     assert calls == [] and result.config == {} and result.result is default and result.trials == []
+
+
+def test_a_screen_is_shown_as_one_and_a_verdict_as_itself():
+    assert shown_status("correct", f"{SCREENED}: all 3 cases match") == "passes the screen"
+    assert shown_status("correct", "all 5 cases match the reference") == "correct"
+    assert shown_status("incorrect", f"{SCREENED}: case 1 differs") == "incorrect"  # a failed screen is a failure

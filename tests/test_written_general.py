@@ -53,7 +53,7 @@ def test_written_kernel_is_general_or_refuses(tmp_path, example, target):
     header = list(itertools.takewhile(lambda line: line.startswith("#"), text.splitlines()))
     assert len(header) > 5 and all(len(line) <= 100 for line in header), header  # issue 24, item 5: at most 100 wide
     # the header's suite hash is the one `mk eval` rebuilds (the reproduce line names the scale)
-    assert build_suite(task).hash == report.suite_hash and f"--scale ci" in text and report.suite_hash in text
+    assert build_suite(task).hash == report.suite_hash and "--scale ci" in text and report.suite_hash in text
     rules = _dim_rules(task, env)
     varied = [d for d, r in rules.items() if r.kind == "multiple"]
     assert varied, f"the held-out scale varied no dim of {example}: {rules}"

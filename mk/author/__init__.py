@@ -80,7 +80,7 @@ class Authored:
     def reason(self) -> str:
         if self.proposals:
             return ""
-        from mk.authors import declined_reason
+        from mk.contracts import declined_reason
 
         return declined_reason(self.declined)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from mk.author import OfflineAuthor
 from mk.author.proposal import Proposal
-from mk.authors import Author
+from mk.contracts import Author, Plan
 from mk.profile import ProfileReport
 
 
@@ -26,8 +26,6 @@ class OfflineAuthorAdapter(Author):
         self.declined: dict[str, str] = {}
 
     def plan(self, ctx: Any) -> Any:
-        from mk.programs.auto import Plan
-
         if self._queue is None:
             authored = self._author.propose(ctx.task, ctx.target)
             self._queue = list(authored.proposals)

@@ -37,6 +37,7 @@ from mk.author.trace import Traced, smallest_scale
 from mk.author.emit import family_section, file_head
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.attention_bwd import with_backward  # the backward section (kernel_bwd), one hook in propose
+from mk.author.attention_layout import from_bhsd, names_tuple, to_bhsd, var_lines
 from mk.kernels.flash_attention import SCHEDULES, Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
 from mk.targets import kernel_language
@@ -261,27 +262,6 @@ def _scale_expr(probes, pat: AttentionPattern, score_dtype) -> str:
                       "function of them")
 
 
-def _tuple(names: list[str]) -> str:
-    return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
-
-
-def _to_bhsd(pat: AttentionPattern) -> str:
-    """q, k, v in (batch, head, seq, head_dim) from the task's inputs."""
-    if pat.layout == (0, 1, 2, 3):
-        return f"q, k, v = ins[{pat.q}], ins[{pat.k}], ins[{pat.v}]"
-    return f"q, k, v = (jnp.transpose(ins[i], {pat.layout!r}) for i in ({pat.q}, {pat.k}, {pat.v}))"
-
-
-def _from_bhsd(pat: AttentionPattern, out: str) -> str:
-    return out if pat.out_layout == (0, 1, 2, 3) else f"jnp.transpose({out}, {pat.out_layout!r})"
-
-
-def _vars(used: list) -> list[str]:
-    return [f"    {v.name} = {v.source}" for v in used if v.name != v.source]
-
-
-
-
 _FAMILY_NAMES = {"flash_attention_tpu", "flash_attention_tpu_loop", "flash_attention_gpu",
                  "flash_attention_gpu_two_pass", "_fa_block", "_fa_fit", "_sublanes", "_scores", "_fit", "_bias_spec",
                  "_grid_kernel", "_loop_kernel", "_tile_scores", "_score_fn", "_ranges", "_one_pass_kernel",
@@ -309,7 +289,7 @@ def render(task: Task, t0: Traced, pat: AttentionPattern, probes, target: str, s
     fn = SCHEDULES[schedule][1 if gpu else 0].__name__
     bias_lines = bias[1] if bias else []
     used = probes.used(scale_expr, *bias_lines)
-    var_lines = _vars(used)
+    bound = var_lines(used)
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     text = (f"{what} ({'causal' if causal else 'non-causal'}): {plan(target, schedule, causal)}. The kernel is "
@@ -325,16 +305,16 @@ def render(task: Task, t0: Traced, pat: AttentionPattern, probes, target: str, s
         "",
         "",
         f"def kernel({signature(task, cfg_sig)}):",
-        f"    ins = {_tuple(names)}",
-        *var_lines,
+        f"    ins = {names_tuple(names)}",
+        *bound,
         f"    scale = {scale_expr}",
-        f"    {_to_bhsd(pat)}",
+        f"    {to_bhsd(pat)}",
     ]
     if bias:
         lines += [f"    bias = ins[{bias[0]}]", *(f"    {l}" for l in bias_lines)]
     lines += [f"    out = {fn}(q, k, v, {'bias' if bias else 'None'}, scale=scale, causal=CAUSAL, "
               f"score_dtype=SCORE_DTYPE, {cfg_call})",
-              f"    return {_from_bhsd(pat, 'out')}", ""]
+              f"    return {from_bhsd(pat, 'out')}", ""]
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from mk.author.attention_layout import names_tuple, to_bhsd, var_lines
 from mk.author.emit import family_section
 from mk.author.probe import arg_names, signature
 from mk.task import Task
@@ -29,7 +30,6 @@ _TAKEN = {"cotangent", "do", "dq", "dk", "dv", "grads", "ins", "q", "k", "v", "s
 
 def with_backward(source: str, task: Task, pat: Any, probes: Any, target: str, *, causal: bool, scale_expr: str) -> str:
     """``source`` with the backward section appended (unchanged when an input name would clash)."""
-    from mk.author.attention import _from_bhsd, _to_bhsd, _tuple, _vars  # the template's own layout helpers
     from mk.kernels.flash_attention import bwd_gpu, bwd_tpu
 
     names = arg_names(task)
@@ -42,7 +42,6 @@ def with_backward(source: str, task: Task, pat: Any, probes: Any, target: str, *
     inv_out = tuple(int(i) for i in np.argsort(pat.out_layout))
     from_bhsd = (lambda e: e) if pat.layout == (0, 1, 2, 3) else (lambda e: f"jnp.transpose({e}, {inv_in!r})")
     do = "cotangent" if pat.out_layout == (0, 1, 2, 3) else f"jnp.transpose(cotangent, {inv_out!r})"
-    del _from_bhsd  # kernel's output layout is inverted above (inv_out)
     grads = ["None"] * len(names)
     grads[pat.q], grads[pat.k], grads[pat.v] = from_bhsd("dq"), from_bhsd("dk"), from_bhsd("dv")
     lines = [
@@ -55,10 +54,10 @@ def with_backward(source: str, task: Task, pat: Any, probes: Any, target: str, *
         '    """The backward of kernel: the inputs and the output cotangent in (batch, head, seq, head_dim) as kernel '
         'puts them,',
         '    then dq, dk, dv by the FlashAttention-2 backward (the lse recomputed), in the inputs\' own layouts."""',
-        f"    ins = {_tuple(names)}",
-        *_vars(probes.used(scale_expr)),
+        f"    ins = {names_tuple(names)}",
+        *var_lines(probes.used(scale_expr)),
         f"    scale = {scale_expr}",
-        f"    {_to_bhsd(pat)}",
+        f"    {to_bhsd(pat)}",
         f"    do = {do}",
         f"    dq, dk, dv = {fn}(q, k, v, do.astype(q.dtype), scale=scale, causal=CAUSAL)",
         f"    return ({', '.join(grads)},)",

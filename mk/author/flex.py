@@ -101,7 +101,7 @@ def find_bias(prog: Program, pat: attention.AttentionPattern) -> tuple[int, list
     if len(prog.args[arg].shape) > 4:
         raise Unsupported("the score bias has more than four axes")
     if not any(s.startswith("bias = lax.expand_dims") for s in steps) and len(prog.args[arg].shape) < 4:
-        steps.append(f"bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)")
+        steps.append("bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)")
     return arg, steps
 
 

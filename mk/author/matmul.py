@@ -197,9 +197,13 @@ def _splitk(task: Task, names: list[str], target: str, lhs: Operand, rhs: Operan
                               [(jaxpr.invars[i], names[i]) for i in params], probes, taken)
     except Unsupported:
         return None
-    space = _space(target, M, N, K, False, sublanes)
-    src = matmul_splitk.render(task, names, target, lhs, rhs, w_t, dot, [names[i] for i in params], body,
-                               probes.used(*body.lines, *body.outputs), space, sublanes)
+    sp = {**_space(target, M, N, K, False, sublanes), "k_splits": matmul_splitk.K_SPLITS}
+    rows, cols = dot.outvars[0].aval.shape
+    src = matmul_splitk.render(task, names, target, lhs, rhs, w_t, [names[i] for i in params], body,
+                               probes.used(*body.lines, *body.outputs), sp,
+                               config=_config(target, sp, rows, cols, dot.invars[0].aval.shape[1], False, sublanes,
+                                              splitk=True),
+                               operands=_operand_args(lhs, rhs, w_t, dot))
     return Proposal(
         name=f"matmul-splitk-{target}",
         source=src,

@@ -20,18 +20,19 @@ from mk.author.probe import signature
 from mk.task import Task
 from mk.targets import kernel_language
 
-def render(task: Task, names: list[str], target: str, lhs: Any, rhs: Any, w_t: bool, dot: Any, pnames: list[str],
-           epilogue: Emitted, used: list, space: dict[str, list[int]], sublanes: int) -> str:
-    """The written split-K kernel file: mk/kernels/matmul/splitk_{tpu,gpu}.py copied in, the epilogue as
-    whole-array code, ``kernel``."""
-    from mk.author.matmul import _config, _operand_args  # the fused variant's helpers (it imports this module)
+#: the slab counts tried (with the fused variant's blocks: config.space with splitk=True)
+K_SPLITS = [2, 4, 8]
 
+
+def render(task: Task, names: list[str], target: str, lhs: Any, rhs: Any, w_t: bool, pnames: list[str],
+           epilogue: Emitted, used: list, sp: dict[str, list[int]], *, config: str, operands: str) -> str:
+    """The written split-K kernel file: mk/kernels/matmul/splitk_{tpu,gpu}.py copied in, the epilogue as
+    whole-array code, ``kernel``. ``sp``: the tuning space (the fused variant's blocks and ``k_splits``);
+    ``config``: the keyword defaults of ``kernel``; ``operands``: the keyword arguments that describe the product
+    (both written by :mod:`mk.author.matmul`, whose helpers make them for the fused variant too)."""
     gpu = kernel_language(target) == "triton"
     module = splitk_gpu if gpu else splitk_tpu
     fn = "matmul_splitk_gpu" if gpu else "matmul_splitk_tpu"
-    sp = {**space, "k_splits": [2, 4, 8]}  # the fused variant's blocks (config.space with splitk=True)
-    M, N = dot.outvars[0].aval.shape
-    config = _config(target, sp, M, N, dot.invars[0].aval.shape[1], False, sublanes, splitk=True)
     cfg_call = ", ".join(f"{k}={k}" for k in ("block_m", "block_n", "block_k", "k_splits"))
     kw = ", ".join(v.name for v in used)
     bind = ", ".join(f"{v.name}={v.source}" for v in used)
@@ -57,7 +58,7 @@ def render(task: Task, names: list[str], target: str, lhs: Any, rhs: Any, w_t: b
         f"def kernel({signature(task, config)}):",
         *([f"    epilogue = functools.partial(_epilogue, {bind})"] if bind else ["    epilogue = _epilogue"]),
         f"    return {fn}({', '.join([x_name, w_name, *pnames])}, epilogue=epilogue,",
-        f"        {_operand_args(lhs, rhs, w_t, dot)},",
+        f"        {operands},",
         f"        {cfg_call})",
         "",
     ]

@@ -46,7 +46,7 @@ from mk.author.trace import Traced, smallest_scale
 from mk.kernels.flash_attention import SCHEDULES, Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.kernels.flash_attention.reference import attention as reference_attention
 from mk.kernels.gmm import gpu as gmm_gpu, tpu as gmm_tpu
-from mk.task import Task, np_dtype
+from mk.task import Task
 from mk.targets import kernel_language
 
 CHIPS = {"tpu": "v6e", "gpu": "h200"}

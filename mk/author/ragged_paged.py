@@ -45,7 +45,7 @@ def _roles(task: Task, shapes: list[tuple[int, ...]]) -> dict[str, int]:
     pages = [i for i in floats if len(shapes[i]) == 4]
     if len(queries) != 1 or len(pages) != 1 or len(floats) != 2:
         raise Unsupported("ragged paged attention reads one rank-3 query input and one rank-4 combined K/V page input")
-    (t, hq, d), (_, _, combined, pd) = shapes[queries[0]], shapes[pages[0]]
+    (_, hq, d), (_, _, combined, pd) = shapes[queries[0]], shapes[pages[0]]
     if pd != d or combined % 2 or hq % (combined // 2):
         raise Unsupported(f"pages {shapes[pages[0]]} do not match queries {shapes[queries[0]]} (P, page, 2*Hkv, D)")
     tables = [i for i in ints if len(shapes[i]) == 2]

@@ -84,7 +84,7 @@ def _fresh_context(task: Task, target: str) -> Any:
 
 def _declined(method: str, task: Task, author: Any, cfg: MethodConfig) -> TaskRow:
     """The author proposed nothing: a run (mode ``bench``, status ``declined``) that records why; no suite is built."""
-    from mk.authors import as_author
+    from mk.contracts import as_author
 
     why = as_author(author).declined or {}
     reason = ("the author made no proposal: " + "; ".join(f"{k}: {v}" for k, v in why.items())) if why else "the author made no proposal"

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", "-n", type=int, default=4, help="best-of-n: independent candidates per task")
     p.add_argument("--trials", type=int, default=6, help="auto: autotuning trials per candidate")
     p.add_argument("--no-tune", dest="tune", action="store_false", help="auto: skip autotuning")
-    from mk.commands.optimize import add_budget_flags
+    from mk.commands._flags import add_budget_flags
     from mk.programs.search_algorithms import ALGORITHMS
 
     p.add_argument("--search-algorithm", choices=list(ALGORITHMS), default="beam", help="search: the algorithm")
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from mk.commands._console import console as make_console
 
     from mk.bench import BenchConfig, run_bench
-    from mk.commands.optimize import budget_from
+    from mk.commands._flags import budget_from
 
     console = make_console(stderr=True)
     if args.list:

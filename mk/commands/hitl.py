@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mk.commands.optimize import add_budget_flags, budget_from, non_negative_int, positive_int
+from mk.commands._flags import add_budget_flags, budget_from, non_negative_int, positive_int
 from mk.errors import ConfigError
 
 CHOICES = {"a": "approve", "approve": "approve", "": "approve", "e": "edit", "edit": "edit", "r": "redo", "redo": "redo",

@@ -7,32 +7,7 @@ import contextlib
 import json
 from typing import Any
 
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """argparse type: a number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+from mk.commands._flags import add_budget_flags, add_explore_flag, budget_from, non_negative_int, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,28 +38,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def add_explore_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--explore", action="store_true",
-                   help="with a model and no device of the target: keep asking it after the first correct kernel (by default "
-                        "the run stops there, since nothing can be timed to show a later kernel is faster)")
-
-
-def add_budget_flags(p: argparse.ArgumentParser, what: str = "") -> None:
-    """``--budget-calls``, ``--budget-cost``, ``--budget-time`` (``what`` prefixes the help, e.g. "a new budget: ")."""
-    p.add_argument("--budget-calls", type=non_negative_int, default=None, help=f"{what}stop after this many LM calls")
-    p.add_argument("--budget-cost", type=non_negative_float, default=None,
-                   help=f"{what}stop once the estimated LM cost reaches this many USD")
-    p.add_argument("--budget-time", type=non_negative_float, default=None, help=f"{what}stop after this many seconds of wall time")
-
-
-def budget_from(args: argparse.Namespace) -> Any:
-    """The :class:`mk.budget.Budget` the flags give, or None when none was given."""
-    from mk.budget import Budget
-
-    budget = Budget(args.budget_calls, args.budget_cost, args.budget_time)
-    return None if budget.unlimited else budget
-
-
 def trial_figure(data: dict[str, Any]) -> str:
     """A tuning trial's time: measured on the device, or the compiler's estimate, labelled as one."""
     if data.get("seconds"):
@@ -105,10 +58,9 @@ def progress_printer(console: Any) -> Any:
         elif kind == "proposal":
             console.print(f"[cyan]iteration {data['iteration']}[/]: {data['name']} — {data['rationale']}")
         elif kind == "trial":
-            from mk.harness.evaluate import SCREENED
+            from mk.harness.results import shown_status
 
-            status = "passes the screen" if data["status"] == "correct" and str(data.get("reason", "")).startswith(SCREENED) \
-                else data["status"]
+            status = shown_status(data["status"], str(data.get("reason", "")))
             console.print(f"  trial {data['params']}: {status}" + (f" ({data['reason']})" if data["status"] != "correct" else "")
                           + trial_figure(data))
         elif kind == "search":

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from mk.commands.optimize import add_budget_flags, budget_from
+from mk.commands._flags import add_budget_flags, budget_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -197,7 +197,7 @@ def show(args: argparse.Namespace) -> int:
 
 def resume(args: argparse.Namespace) -> int:
     """Continue a run in its own mode with its stored config; write its kernel and report like the run would have."""
-    from mk.run.modes import resume as resume_run
+    from mk.programs.modes import resume as resume_run
     from mk.run.output import prepare_output_dir, write_outputs
     from mk.store import Store
 

@@ -29,6 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from mk.harness.judging import (CHECK_RUNS, EPILOGUE_OPS_PER_OUTPUT, OUTSIDE_SHARE_FLAG, OUTSIDE_SHARE_REJECT,
+                                _last_line, _read_regular, _rel, _Verdict, _write_inputs, ask_outputs, case_limit,
+                                check_facts, check_note, check_precision)
 from mk.task import zero_rows
 
 #: the optional entry of a written file that computes the kernel's backward
@@ -88,7 +91,6 @@ def check_programs(run: Any, copied: dict[str, dict[str, str]]) -> None:
     from jax import export
 
     from mk.harness import program
-    from mk.harness.evaluate import _read_regular, _rel, _Verdict, check_facts, check_precision
 
     if not declares_backward(run.cand.source):
         return
@@ -201,8 +203,6 @@ def ablate(run: Any) -> str:
     are replaced (NaN, or an iota), and the reference VJP's work must run inside kernels, with the forward's
     thresholds (the backward program with every kernel removed, next to the reference's VJP). Raises the verdict;
     returns a note for the reason ("" when nothing is worth saying)."""
-    from mk.harness.evaluate import (EPILOGUE_OPS_PER_OUTPUT, OUTSIDE_SHARE_FLAG, OUTSIDE_SHARE_REJECT, _last_line,
-                                     _rel, _Verdict, _write_inputs)
 
     if run.target.host or not declares_backward(run.cand.source):
         return ""
@@ -488,7 +488,6 @@ def interpreter_check(run: Any, scale: str, inputs: list[np.ndarray], ct: list[n
     interpreter with race detection (its host callbacks cannot be exported), as the forward's first case of each
     scale does. A race rejects; an error, or gradients the bounds refuse, is incorrect. A tracer could hide a
     finding, never invent a pass: the runner's gradients of the same case were judged already."""
-    from mk.harness.evaluate import CHECK_RUNS, _rel, _Verdict, _write_inputs, ask_outputs, case_limit, check_note
 
     facts = run.programs[scale]["backward"]
     for check in CHECK_RUNS:
@@ -506,7 +505,6 @@ def interpreter_check(run: Any, scale: str, inputs: list[np.ndarray], ct: list[n
 def check(run: Any) -> str:
     """Run the written backward on one fresh case per scale and compare it with the reference's VJP; raises the
     judge's verdict on a mismatch. Returns the verdict's words ("" without a backward)."""
-    from mk.harness.evaluate import _rel, _Verdict, _write_inputs, ask_outputs
     from mk.harness.suite import Case
 
     if not declares_backward(run.cand.source):

@@ -14,6 +14,18 @@ Status = Literal["correct", "incorrect", "rejected", "compile_error", "timeout",
 STEP_NAMES = ("static", "compile", "correctness", "timing", "cost")
 
 
+#: how a screened result's reason begins (a tuning trial), and its flag: what it did not check
+SCREENED = "screened (a tuning trial, not a verdict to keep)"
+SCREEN_FLAG = ("screened for tuning: the TPU-interpreter checks, ablation, the backward check and fresh sizes did not run; "
+               "the tuner judges its winner whole before keeping it")
+
+
+def shown_status(status: str, reason: str) -> str:
+    """A verdict's status as mk shows it: a screened tuning trial that passed "passes the screen", never "correct"
+    (it was not judged whole and is not a verdict to keep)."""
+    return "passes the screen" if status == "correct" and reason.startswith(SCREENED) else status
+
+
 class StepResult(BaseModel):
     """What one harness step found. ``ok=None`` means the step did not run."""
 

@@ -118,19 +118,3 @@ def author_spec(author: Any) -> str:
 def author_fields(author: Any) -> dict[str, str]:
     """The RunConfig fields that record ``author``: its spec and its name."""
     return {"author": author_spec(author), "author_name": str(getattr(author, "name", author) or "")}
-
-
-def build_author(spec: str, *, store: Any = None, run_id: str | None = None, budget: Any = None, name: str = "",
-                 explore: bool = False) -> Any:
-    """The author ``spec`` names, built afresh (an LM author's calls are recorded under ``run_id``)."""
-    if not spec:
-        raise ConfigError(f"the run's author {name or '(unnamed)'!r} cannot be rebuilt from the store (it was a Python object, "
-                          "not a spec)", hint="resume it from Python and pass author= again, or start a new run")
-    if spec.startswith("lm:"):  # the accounted LM author, its calls recorded under run_id
-        from mk.authors import resolve_author
-
-        author, _ = resolve_author(spec[3:], store=store, run_id=run_id, budget=budget, explore=explore)
-        return author
-    from mk.programs.search_workers import make_author
-
-    return make_author(spec)

@@ -73,7 +73,7 @@ class Run:
         synthesised cases are part of it (``author.prepare``); the task gains a scale per new synthesised shape.
         A ``suite`` given is used as it is (a caller that froze it already)."""
         if author is not None:
-            from mk.authors import as_author
+            from mk.contracts import as_author
 
             author = as_author(author)
             author.bind_run(self.id)  # the LM calls from here on (test synthesis included) belong to this run

@@ -58,4 +58,4 @@ def budget_stop_reason(meter: Any, resume: str | None, *, then: str = "", fallba
 
 def is_budget_stop(reason: str | None) -> bool:
     """Whether ``reason`` is a budget stop reason (built by :func:`budget_stop_reason`)."""
-    return bool(reason) and reason.startswith(SPENT)
+    return reason is not None and reason.startswith(SPENT)

@@ -192,7 +192,7 @@ def autotune(
     estimated = len(bases) == 1 and next(iter(bases)).startswith("estimated ")
     if measured:
         best = min(complete, key=lambda t: t.value).params
-        note = "fastest correct config on the fast subset"
+        note = "fastest config that passed the fast subset"
     elif estimated:
         best, note = _by_estimate(complete, default, next(iter(bases)).removeprefix("estimated "))
     else:
@@ -260,7 +260,7 @@ def _by_estimate(complete: list[Any], default: dict[str, Any], where: str) -> tu
         spread = max(t.value for t in complete) / first.value - 1
         return default, (f"kept the default config: the compiler's estimate ranks no config more than "
                          f"{ESTIMATE_TIE:.0%} faster {words}; the estimates differ by {spread:.1%} in all")
-    return first.params, f"fastest correct config by the compiler's estimate {words}"
+    return first.params, f"fastest config that passed the fast subset, by the compiler's estimate {words}"
 
 
 def _kept_options(evaluate: Callable[..., EvalResult], target: str) -> dict[str, Any]:

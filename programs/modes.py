@@ -1,4 +1,5 @@
-"""Driving a run in its mode, the same way when it starts and when it is resumed.
+"""Driving a run in its mode, the same way when it starts and when it is resumed: the loops of :mod:`mk.programs`
+(Auto, the search, the HITL session's skips) over the run service :mod:`mk.run`.
 
 :func:`drive` runs an ``auto`` or ``search`` run to its end and returns its :class:`~mk.run.service.Outcome`;
 :func:`resume` reopens a stored run (its exact :class:`~mk.run.config.RunConfig`, author rebuilt from its spec,
@@ -12,8 +13,15 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from mk.authors import build_author, resolve_author
+from mk.contracts import as_author
 from mk.errors import ConfigError, ModelFailed
+from mk.programs.auto import Attempt, Auto
+from mk.programs.search import Search, SearchConfig
+from mk.programs.session import SkipTried
+from mk.run.config import author_spec
 from mk.run.output import Best
+from mk.run.restore import outcome_of, restore_snapshots
 from mk.run.service import Outcome, Run
 
 log = logging.getLogger(__name__)
@@ -48,11 +56,6 @@ def drive(run: Run, author: Any, *, meter: Any = None, on_event: Events = None, 
 
 
 def _auto(run: Run, author: Any, meter: Any, on_event: Events, snapshots: list[Any] | None) -> Outcome:
-    from mk.programs.auto import Attempt, Auto
-    from mk.programs.session import SkipTried
-
-    from mk.authors import as_author
-
     cfg = run.config
     author = as_author(SkipTried(author, [s.proposal for s in snapshots]) if snapshots else author)
     auto = Auto(author, target=cfg.target, iterations=cfg.iterations, store=run.store, tune=cfg.tune, max_trials=cfg.max_trials,
@@ -70,28 +73,8 @@ def _auto(run: Run, author: Any, meter: Any, on_event: Events, snapshots: list[A
     return outcome_of(traj, author)
 
 
-def outcome_of(traj: Any, author: Any, status: str | None = None, reason: str | None = None) -> Outcome:
-    """The :class:`Outcome` of an Auto trajectory (auto, HITL and resumed runs alike)."""
-    b = traj.best
-    res = getattr(b, "result", None) if b else None
-    best = Best(b.source, b.status, b.speedup, b.proposal, b.config, b.rationale,
-                compile_check=getattr(res, "compile_check", "") or "", compiled=list(getattr(res, "compiled", []) or []),
-                covered=dict(getattr(res, "covered", {}) or {}), estimate=getattr(res, "estimate", None)) \
-        if b else None
-    rows = [{"iteration": s.iteration, "proposal": s.proposal, "status": s.status, "reason": s.reason, "speedup": s.speedup,
-             "config": s.config, "tuning": s.tuning_note} for s in traj.snapshots]
-    from mk.authors import as_author
-
-    return Outcome(traj.run_id, status or traj.status, reason or traj.stop_reason, best, rows,
-                   dict(as_author(author).declined or {}))
-
-
 def _search(run: Run, author: Any, meter: Any, on_event: Events) -> Outcome:
-    from mk.programs.search import Search, SearchConfig
-
     cfg = SearchConfig.from_dict({**run.config.settings, "target": run.config.target})
-    from mk.run.config import author_spec
-
     offline = getattr(author, "name", author) == "offline"
     if not offline and not author_spec(author) and cfg.workers != "inline":
         # an author that cannot be rebuilt in another process (a live client, no spec) plans and runs here
@@ -111,8 +94,6 @@ def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget
     """Continue the stored run ``ident`` in its own mode with its own config (``settings`` override search settings,
     ``budget`` is a new :class:`mk.budget.Budget` for what is left). ``lm`` / ``author`` replace the stored author."""
     from mk.budget import BudgetMeter
-    from mk.run.config import build_author
-
     run = Run.reopen(store, ident, task=task)
     if run.config.mode == "bench":
         bench = (run.config.settings or {}).get("bench")
@@ -122,8 +103,6 @@ def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget
     meter = BudgetMeter(budget) if budget is not None else None
     if author is None:
         if lm is not None:
-            from mk.authors import resolve_author
-
             author, _ = resolve_author(lm, store=store, run_id=run.id, budget=meter, explore=run.config.explore)
         else:
             author = build_author(run.config.author, store=store, run_id=run.id, budget=meter, name=run.config.author_name,
@@ -140,53 +119,6 @@ def resume(store: Any, ident: str, *, lm: Any = None, author: Any = None, budget
         return run, drive(run, author, meter=meter, on_event=on_event)
     snapshots = restore_snapshots(store, run.id)
     return run, drive(run, author, meter=meter, on_event=on_event, snapshots=snapshots)
-
-
-def stored_outcome(run: Run, status: str, reason: str) -> Outcome:
-    """The run's outcome as the store holds it now (after an interrupt): its best kernel so far, snapshots or nodes."""
-    from mk.run.best import stored_best
-
-    rows = run.store.nodes(run.id)
-    found = stored_best(run.store, run.id)
-    best = None
-    if found is not None:
-        best_row, config = found
-        meta = best_row.get("meta") or {}
-        best = Best(best_row.get("code") or "", "correct", best_row.get("speedup"), meta.get("name") or meta.get("head") or
-                    meta.get("key") or "best so far", config, best_row.get("plan") or "")
-    summary = [{"node": (r.get("meta") or {}).get("key") or r["id"][:8], "status": r["status"], "reason": r.get("reason") or "",
-                "speedup": r.get("speedup")} for r in rows]
-    return Outcome(run.id, status, reason, best, summary)
-
-
-def restore_snapshots(store: Any, run_id: str) -> list[Any]:
-    """The run's snapshots as Auto made them (plan, code, verdict, tuned config, profile), oldest first."""
-    from mk.harness.results import EvalResult
-    from mk.profile import ProfileReport
-    from mk.programs.auto import Snapshot
-
-    nodes = {n["id"]: n for n in store.nodes(run_id)}
-    evals: dict[str, dict[str, Any]] = {}
-    for e in store.query("SELECT node_id, reason, result FROM evaluations WHERE run_id = ? ORDER BY created_at", [run_id]):
-        if e["node_id"]:
-            evals[e["node_id"]] = e
-    snaps = []
-    for row in store.snapshots(run_id):
-        node = nodes.get(row["node_id"] or "", {})
-        ev = evals.get(row["node_id"] or "", {})
-        prof = row.get("profile") or {}
-        meta = node.get("meta") or {}
-        result = ev.get("result")
-        snaps.append(Snapshot(
-            iteration=int(row["iteration"]), proposal=meta.get("name") or f"iteration {row['iteration']}",
-            rationale=row.get("plan") or "", source=row.get("code") or "", config=dict(prof.get("config") or {}),
-            status=row["status"], reason=node.get("reason") or ev.get("reason") or "", speedup=row.get("speedup"),
-            result=(EvalResult.model_validate_json(result) if isinstance(result, str) else EvalResult.model_validate(result))
-            if result else None,
-            node_id=row["node_id"], tuning_note=prof.get("tuning") or "", failed_phase=prof.get("failed_phase"),
-            profile=ProfileReport.model_validate(prof["report"]) if prof.get("report") else None,
-            feedback=prof.get("feedback") or ""))
-    return snaps
 
 
 def unusable_lm(exc: BaseException) -> ConfigError | None:
