@@ -23,7 +23,6 @@ from typing import Any, Callable, Mapping, Sequence
 from mk import __version__
 from mk.errors import ArgumentError, ConfigError, EnvelopeError, FallbackWarning, MkError
 from mk.harness.envelope import Envelope
-from mk.harness.gradient import BACKWARD_ENTRY, declares_backward
 from mk.job import OptimizeReport, optimize_task
 from mk.loaders.callable import CallSpec, callable_task, computation_hash
 from mk.task import Task
@@ -91,13 +90,16 @@ class OptimizedFunction:
         self._compiled: dict[str, Callable[..., Any]] = {}
         self._out_trees: dict[Any, Any] = {}
         self._kernel = None
-        self._kernel_bwd = None  # the written file's judged backward (BACKWARD_ENTRY), when it defines one
+        self._kernel_bwd = None  # the written file's judged backward (gradient.BACKWARD_ENTRY), when it defines one
         self._programs: dict[str, str | None] = {}
         self._verified_program: str | None = None
         if source:
             namespace: dict[str, Any] = {}
             exec(compile(source, report.kernel_path or f"<mk kernel {task.name}>", "exec"), namespace)  # noqa: S102 - judged
             self._kernel = namespace["kernel"]
+            # deferred: the judge's gradient check pulls in the harness (pydantic, the suite); `import mk` stays light
+            from mk.harness.gradient import BACKWARD_ENTRY, declares_backward
+
             # only a backward the judge saw declared (and so traced and checked against the reference's VJP)
             if declares_backward(source) and callable(namespace.get(BACKWARD_ENTRY)):
                 self._kernel_bwd = namespace[BACKWARD_ENTRY]

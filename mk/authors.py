@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mk.contracts import as_author
+from mk.contracts import Adapted, Author, as_author, declined_reason  # noqa: F401 - mk.authors.Author, as before
 from mk.errors import ConfigError, KnowledgeError
 from mk.task import Task
 

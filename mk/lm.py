@@ -12,7 +12,7 @@ Accounting sits at the LM seam: :func:`accounted` returns a copy of any DSPy
 LM whose every call is checked against a budget and recorded by an
 :class:`Accountant` (run, node, sub-agent, model, tokens, latency, estimated
 cost, cache hit). The sub-agent name comes from a context variable that each
-sub-agent's ``forward`` sets with :func:`agent_scope`.
+sub-agent's ``forward`` sets with :func:`mk.scopes.agent_scope`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Iterator, Literal, Mapping
 
 from mk.budget import Budget, BudgetMeter, PriceTable, default_prices, usage_tokens
 from mk.errors import ConfigError, MkError
-from mk.scopes import current_agent, current_node
+from mk.scopes import agent_scope, current_agent, current_node, node_scope  # noqa: F401 - mk.lm.agent_scope, as before
 
 log = logging.getLogger(__name__)
 

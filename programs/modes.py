@@ -16,9 +16,6 @@ from typing import Any, Callable
 from mk.authors import build_author, resolve_author
 from mk.contracts import as_author
 from mk.errors import ConfigError, ModelFailed
-from mk.programs.auto import Attempt, Auto
-from mk.programs.search import Search, SearchConfig
-from mk.programs.session import SkipTried
 from mk.run.config import author_spec
 from mk.run.output import Best
 from mk.run.restore import outcome_of, restore_snapshots
@@ -56,6 +53,11 @@ def drive(run: Run, author: Any, *, meter: Any = None, on_event: Events = None, 
 
 
 def _auto(run: Run, author: Any, meter: Any, on_event: Events, snapshots: list[Any] | None) -> Outcome:
+    # deferred (here and in _search): the loops import JAX and the offline author's templates, which `mk resume`'s
+    # early refusals (an unknown run, a bench run, an unusable --out) do not need
+    from mk.programs.auto import Attempt, Auto
+    from mk.programs.session import SkipTried
+
     cfg = run.config
     author = as_author(SkipTried(author, [s.proposal for s in snapshots]) if snapshots else author)
     auto = Auto(author, target=cfg.target, iterations=cfg.iterations, store=run.store, tune=cfg.tune, max_trials=cfg.max_trials,
@@ -74,6 +76,8 @@ def _auto(run: Run, author: Any, meter: Any, on_event: Events, snapshots: list[A
 
 
 def _search(run: Run, author: Any, meter: Any, on_event: Events) -> Outcome:
+    from mk.programs.search import Search, SearchConfig
+
     cfg = SearchConfig.from_dict({**run.config.settings, "target": run.config.target})
     offline = getattr(author, "name", author) == "offline"
     if not offline and not author_spec(author) and cfg.workers != "inline":

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from mk.author.proposal import Proposal
 from mk.budget import Budget
 from mk.errors import ConfigError
-from mk.harness.results import EvalResult, shown_status
+from mk.harness.results import EvalResult, trial_status
 from mk.profile import ProfileReport
 from mk.programs.auto import Attempt, Auto, PhaseResult, Plan, Snapshot, Trajectory
 from mk.task import Task
@@ -416,7 +416,7 @@ def _tuning(tuned: TuneResult) -> Any:
         table = Table("trial", "params", "status", "measured s", "estimated s", "reason")
         for t in tuned.trials:
             est = f"{_num(t.estimated_s)} ({t.estimated_at}, an estimate)" if t.estimated_s is not None else "-"
-            table.add_row(str(t.number), str(t.params), shown_status(t.status, t.reason), _num(t.seconds), est, t.reason)
+            table.add_row(str(t.number), str(t.params), trial_status(t.status, t.reason), _num(t.seconds), est, t.reason)
         parts.append(table)
     return Group(*parts)
 

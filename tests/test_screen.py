@@ -10,7 +10,7 @@ from fakes import tanh_mix_task
 
 from mk.candidate import Candidate
 from mk.harness import build_suite, evaluate
-from mk.harness.results import SCREEN_FLAG, SCREENED, EvalResult, TimingResult, shown_status
+from mk.harness.results import SCREEN_FLAG, SCREENED, EvalResult, TimingResult, trial_status
 from mk.tuning.autotune import autotune
 
 ADV = Path(__file__).parent / "adversarial"
@@ -144,6 +144,6 @@ def test_no_trials_asked_for_judges_nothing_again(suite):
 
 
 def test_a_screen_is_shown_as_one_and_a_verdict_as_itself():
-    assert shown_status("correct", f"{SCREENED}: all 3 cases match") == "passes the screen"
-    assert shown_status("correct", "all 5 cases match the reference") == "correct"
-    assert shown_status("incorrect", f"{SCREENED}: case 1 differs") == "incorrect"  # a failed screen is a failure
+    assert trial_status("correct", f"{SCREENED}: all 3 cases match") == "passes the screen"
+    assert trial_status("correct", "all 5 cases match the reference") == "correct"
+    assert trial_status("incorrect", f"{SCREENED}: case 1 differs") == "incorrect"  # a failed screen is a failure

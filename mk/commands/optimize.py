@@ -58,9 +58,9 @@ def progress_printer(console: Any) -> Any:
         elif kind == "proposal":
             console.print(f"[cyan]iteration {data['iteration']}[/]: {data['name']} — {data['rationale']}")
         elif kind == "trial":
-            from mk.harness.results import shown_status
+            from mk.harness.results import trial_status
 
-            status = shown_status(data["status"], str(data.get("reason", "")))
+            status = trial_status(data["status"], str(data.get("reason", "")))
             console.print(f"  trial {data['params']}: {status}" + (f" ({data['reason']})" if data["status"] != "correct" else "")
                           + trial_figure(data))
         elif kind == "search":

@@ -20,7 +20,7 @@ SCREEN_FLAG = ("screened for tuning: the TPU-interpreter checks, ablation, the b
                "the tuner judges its winner whole before keeping it")
 
 
-def shown_status(status: str, reason: str) -> str:
+def trial_status(status: str, reason: str) -> str:
     """A verdict's status as mk shows it: a screened tuning trial that passed "passes the screen", never "correct"
     (it was not judged whole and is not a verdict to keep)."""
     return "passes the screen" if status == "correct" and reason.startswith(SCREENED) else status
