@@ -1,0 +1,1 @@
+"""User-written JAX functions used to measure mk (held-out sets)."""
