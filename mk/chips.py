@@ -38,12 +38,12 @@ class Chip:
 
     @property
     def name(self) -> str:
-        return self.spec.name
+        return str(self.spec.name)
 
     @property
     def kind(self) -> str:
         """``tpu`` or ``gpu``: the target whose programs compile for this chip."""
-        return self.spec.kind
+        return str(self.spec.kind)
 
     @property
     def scoped_vmem_limit(self) -> int | None:

@@ -35,9 +35,6 @@ from mk.errors import TargetError
 
 log = logging.getLogger(__name__)
 
-#: The spec used for a target when none is named.
-DEFAULT_SPECS = {"tpu": "v6e", "gpu": "h200", "cpu": "cpu"}
-
 _DTYPE_ALIASES = {
     "bf16": "bfloat16",
     "f16": "float16",
@@ -172,10 +169,14 @@ def spec_for_device_kind(kind: str) -> HardwareSpec | None:
 
 
 def default_spec(target: str) -> HardwareSpec:
-    """The spec assumed for a target when the device is not present: tpu->v6e, gpu->h200, cpu->cpu."""
-    if target not in DEFAULT_SPECS:
-        raise TargetError(f"no default hardware for target {target!r}", hint=f"use one of {', '.join(DEFAULT_SPECS)}")
-    return get_spec(DEFAULT_SPECS[target])
+    """The spec assumed for a target when the device is not present: the target's own ``spec`` (``mk.targets``;
+    tpu->v6e, gpu->h200, cpu->cpu)."""
+    from mk.targets import get_target
+
+    name = get_target(target).spec
+    if not name:
+        raise TargetError(f"no default hardware for target {target!r}", hint="register the target with a `spec`")
+    return get_spec(name)
 
 
 def _check(flops: float, nbytes: float) -> None:

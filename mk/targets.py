@@ -14,8 +14,11 @@ CLI's ``--target`` choices and :func:`get_target` read the registry).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -44,6 +47,9 @@ class Target:
     #: device, and the one compiled for unless a chip is named (``mk.chips``); "" for a target that compiles for none
     chip_kind: str = ""
     default_chip: str = ""
+    #: the hardware spec (``data/hardware.json``) whose facts a kernel family's default config reads when no chip
+    #: is named: budgets and tile sizes (``mk.hardware.default_spec``); "" for a target with none
+    spec: str = ""
     #: a glob of the device files present on a machine with this target's device (checked without importing JAX)
     device_nodes: str = ""
 
@@ -78,7 +84,7 @@ class Target:
 
         if not self.device_present():
             return None
-        return next(d.device_kind for d in jax.devices() if d.platform == self.device_platform)
+        return str(next(d.device_kind for d in jax.devices() if d.platform == self.device_platform))
 
     def can_time(self) -> bool:
         """Timing only on a real device of this kind (the CPU for ``cpu``)."""
@@ -147,7 +153,8 @@ class Target:
             return None
         from mk.harness import races
 
-        return races.findings().unwritten
+        found: str | None = races.findings().unwritten
+        return found
 
     # --- correctness runs ------------------------------------------------------
     @contextlib.contextmanager
@@ -220,7 +227,7 @@ class _AssumedTpuDevice:
         return getattr(self._device, name)
 
     def __eq__(self, other: object) -> bool:
-        return self._device == (other._device if isinstance(other, _AssumedTpuDevice) else other)
+        return bool(self._device == (other._device if isinstance(other, _AssumedTpuDevice) else other))
 
     def __hash__(self) -> int:
         return hash(self._device)
@@ -299,11 +306,43 @@ def register_target(target: Target) -> Target:
 
 register_target(Target("tpu", platform="tpu", device_platform="tpu", kernel_language="mosaic", interpreter="tpu",
                        kernel_calls=frozenset({"tpu_custom_call"}), chip_kind="tpu", default_chip="v6e",
-                       device_nodes="/dev/accel[0-9]*"))
+                       spec="v6e", device_nodes="/dev/accel[0-9]*"))
 register_target(Target("gpu", platform="cuda", device_platform="gpu", kernel_language="triton",
                        kernel_calls=frozenset({"__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu", "mosaic_gpu_v2"}),
-                       chip_kind="gpu", default_chip="h100", device_nodes="/dev/nvidia[0-9]*"))
-register_target(Target("cpu", platform="cpu", device_platform="cpu", host=True))
+                       chip_kind="gpu", default_chip="h100", spec="h200", device_nodes="/dev/nvidia[0-9]*"))
+register_target(Target("cpu", platform="cpu", device_platform="cpu", host=True, spec="cpu"))
+#: the targets every process knows without being told (a registered one travels to the judge's processes in the
+#: environment, :func:`child_env`)
+_BUILTIN = dict(_TARGETS)
+#: the environment variable that carries a registered target's definition to a child process
+DEFINITION_ENV = "MK_TARGET_DEFINITION"
+
+
+def definition(target: Any) -> str:
+    """``target``'s fields as JSON (every field is plain data), for :func:`from_definition` in another process."""
+    fields = dataclasses.asdict(get_target(target))
+    fields["kernel_calls"] = sorted(fields["kernel_calls"])
+    return json.dumps(fields, sort_keys=True)
+
+
+def from_definition(text: str) -> Target:
+    """The :class:`Target` :func:`definition` wrote; a :class:`TargetError` for anything else."""
+    try:
+        fields = json.loads(text)
+        fields["kernel_calls"] = frozenset(fields.get("kernel_calls", ()))
+        return Target(**fields)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise TargetError(f"{DEFINITION_ENV} does not define a target ({exc})") from None
+
+
+def child_env(target: Any) -> dict[str, str]:
+    """The environment a judge's process needs to know ``target``: its name, and its definition when it is not a
+    built-in target (a fresh process knows only those)."""
+    found = get_target(target)
+    env = {"MK_TARGET": found.name}
+    if _BUILTIN.get(found.name) != found:
+        env[DEFINITION_ENV] = definition(found)
+    return env
 
 
 def pin_jax_to_cpu_without_devices() -> bool:
@@ -332,6 +371,17 @@ def kernel_language(target: Any) -> str:
 TARGET_NAMES = target_names()
 
 
+def kernel_spec(target: Any) -> str:
+    """The hardware spec a kernel family's default config reads for ``target`` when no chip is named (the
+    target's ``spec``); a :class:`TargetError` for a target that has no kernel language or no spec."""
+    found = get_target(target)
+    if not found.kernel_language or not found.spec:
+        kernels = [t.name for t in _TARGETS.values() if t.kernel_language and t.spec]
+        raise TargetError(f"target {found.name!r} has no kernel language and hardware spec for a kernel's default "
+                          "config", hint=f"use one of: {', '.join(kernels)}, or register the target with both")
+    return found.spec
+
+
 def get_target(name: Any) -> Target:
     """The target named ``name`` (a Target is returned as it is)."""
     if isinstance(name, Target):
@@ -339,4 +389,7 @@ def get_target(name: Any) -> Target:
     try:
         return _TARGETS[name]
     except (KeyError, TypeError):
+        told = os.environ.get(DEFINITION_ENV)
+        if told and isinstance(name, str) and json.loads(told).get("name") == name:  # a judge's process, told by its parent
+            return register_target(from_definition(told))
         raise TargetError(f"unknown target {name!r}", hint=f"use one of: {', '.join(_TARGETS)}") from None

@@ -70,15 +70,17 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SAMPLE_TEMPERATURE = 1.0  # for rollouts when neither the author nor the LM sets a temperature above 0
 
-_TARGET_RULES = {
-    "tpu": ("Write a Pallas TPU kernel (jax.experimental.pallas.pallas_call; jax.experimental.pallas.tpu for memory "
+#: what a kernel must be, by the target's kernel language (``mk.targets.Target.kernel_language``; "" for a target
+#: judged as plain JAX), so a registered target in an existing language gets its language's rules
+_LANGUAGE_RULES = {
+    "mosaic": ("Write a Pallas TPU kernel (jax.experimental.pallas.pallas_call; jax.experimental.pallas.tpu for memory "
             "spaces): the judge requires a pallas_call on this target. The last two dims of every block must be "
             "divisible by 8 and 128 or equal the full array dims; pad or mask shapes that do not divide. Without a TPU "
             "the kernel is lowered for TPU and run in interpret mode, so correctness is checked but time is not."),
-    "gpu": ("Write a Pallas Triton kernel (jax.experimental.pallas.pallas_call with "
+    "triton": ("Write a Pallas Triton kernel (jax.experimental.pallas.pallas_call with "
             "compiler_params=jax.experimental.pallas.triton.CompilerParams(num_warps=..., num_stages=...)): the judge "
             "requires a pallas_call on this target. Block dims must be powers of two; mask the ragged edges."),
-    "cpu": ("Pallas does not compile for a CPU: write a pure-JAX rewrite (jax.numpy / jax.lax) that XLA compiles into "
+    "": ("Pallas does not compile for this target: write a pure-JAX rewrite (jax.numpy / jax.lax) that XLA compiles into "
             "fewer or cheaper passes over memory than the reference."),
 }
 
@@ -179,7 +181,8 @@ def kernel(x, y, *, block_m=64, block_n=64, block_k=32, num_warps=4, num_stages=
 CONFIG_SPACE = {"block_m": [32, 64], "block_n": [32, 64], "block_k": [32], "num_warps": [4], "num_stages": [2]}
 '''.strip()
 
-SKELETONS = {"tpu": TPU_SKELETON, "gpu": GPU_SKELETON}
+#: by kernel language, as :data:`_LANGUAGE_RULES`
+SKELETONS = {"mosaic": TPU_SKELETON, "triton": GPU_SKELETON}
 #: how much of one kernel's code a prompt shows (the best and the latest failing one each)
 KERNEL_CHARS = 8000
 #: the fixer's view of an error: its tail (where Python and JAX put the cause and the shapes)
@@ -219,10 +222,12 @@ def hardware_brief(target: str) -> str:
     lines.extend(_chip_rules(spec))
     if spec.notes:
         lines.append(spec.notes)
-    lines.append(_TARGET_RULES.get(target, ""))
-    if target in SKELETONS:
+    language = get_target(target).kernel_language
+    lines.append(_LANGUAGE_RULES[language] if language in _LANGUAGE_RULES else
+                 f"Write a Pallas kernel in the {language} kernel language: the judge requires a pallas_call on this target.")
+    if language in SKELETONS:
         lines.append(f"A {target.upper()} kernel skeleton that lowers and passes the judge (a tiled matmul; adapt it, keep "
-                     f"its shape handling):\n```python\n{SKELETONS[target]}\n```")
+                     f"its shape handling):\n```python\n{SKELETONS[language]}\n```")
     return "\n".join(x for x in lines if x)
 
 

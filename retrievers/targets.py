@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import re
 
-from mk.errors import KnowledgeError
+from mk.errors import KnowledgeError, TargetError
 from mk.retrievers.tokenize import tokenize
+from mk.targets import get_target
 
 TARGETS = ("tpu", "gpu", "cpu")
 PLATFORMS = ("tpu", "gpu")  # the targets a passage can be specific to
+#: the passages a registered target reads, by its kernel language (a Triton target reads the GPU's)
+_LANGUAGE_PLATFORM = {"mosaic": "tpu", "triton": "gpu", "": "cpu"}
 
 _PATH = {
     "tpu": re.compile(r"(?:^|[/._-])(?:tpu|tpu_sc|sparsecore)(?:[/._-]|$)", re.I),
@@ -37,9 +40,16 @@ def check_target(target: str | None) -> str | None:
     if target is None or target == "":
         return None
     t = str(target).lower()
-    if t not in TARGETS:
-        raise KnowledgeError(f"unknown target {target!r}", hint=f"use one of {', '.join(TARGETS)} (or none)")
-    return t
+    if t in TARGETS:
+        return t
+    try:  # a target registered beside the built-in ones reads its kernel language's passages
+        language = get_target(t).kernel_language
+    except TargetError:
+        raise KnowledgeError(f"unknown target {target!r}", hint=f"use one of {', '.join(TARGETS)} (or none)") from None
+    if language not in _LANGUAGE_PLATFORM:
+        raise KnowledgeError(f"target {target!r} is in kernel language {language!r}, which no passage is about",
+                             hint=f"use one of {', '.join(TARGETS)} (or none)")
+    return _LANGUAGE_PLATFORM[language]
 
 
 def _counts(tokens: list[str]) -> dict[str, int]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mk.author.emit import Unsupported
+from mk.author.emit import language_stem, Unsupported
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced, smallest_scale
@@ -40,7 +40,7 @@ from mk.author.attention_bwd import with_backward  # the backward section (kerne
 from mk.author.attention_layout import from_bhsd, names_tuple, to_bhsd, var_lines
 from mk.kernels.flash_attention import SCHEDULES, Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
 
 @dataclass(frozen=True)
@@ -285,7 +285,7 @@ def render(task: Task, t0: Traced, pat: AttentionPattern, probes, target: str, s
     shapes = Shapes(shape[pat.layout[0]], shape[pat.layout[1]], shape[pat.layout[2]], kv_shape[pat.layout[2]],
                     shape[pat.layout[3]], itemsize)
     tuning = space(target, shapes)
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     fn = SCHEDULES[schedule][1 if gpu else 0].__name__
     bias_lines = bias[1] if bias else []
     used = probes.used(scale_expr, *bias_lines)
@@ -293,12 +293,12 @@ def render(task: Task, t0: Traced, pat: AttentionPattern, probes, target: str, s
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     text = (f"{what} ({'causal' if causal else 'non-causal'}): {plan(target, schedule, causal)}. The kernel is "
-            f"mk/kernels/flash_attention/{target}.py, copied below unchanged. Sizes are read from the arguments at "
+            f"mk/kernels/flash_attention/{language_stem(target)}.py, copied below unchanged. Sizes are read from the arguments at "
             "trace time; block sizes are requests, fitted to the sequences the kernel is called with.")
     lines = [
         *file_head(f"mk offline author: {what} for {task.name} (target {target}).", text, gpu=gpu, space=tuning),
         "",
-        *family_section("flash_attention", target, gpu_kernel if gpu else tpu_kernel),
+        *family_section(gpu_kernel if gpu else tpu_kernel),
         "",
         f"CAUSAL = {causal}",
         f"SCORE_DTYPE = {score_dtype}",
@@ -318,4 +318,3 @@ def render(task: Task, t0: Traced, pat: AttentionPattern, probes, target: str, s
     return "\n".join(lines)
 
 
-CHIPS = {"tpu": "v6e", "gpu": "h200"}

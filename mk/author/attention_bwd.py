@@ -47,7 +47,7 @@ def with_backward(source: str, task: Task, pat: Any, probes: Any, target: str, *
     lines = [
         "",
         "",
-        *family_section("flash_attention", f"bwd_{'gpu' if gpu else 'tpu'}", bwd_gpu if gpu else bwd_tpu),
+        *family_section(bwd_gpu if gpu else bwd_tpu),
         "",
         "",
         f"def kernel_bwd(cotangent, {signature(task, '')}):",

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head, module_body
+from mk.author.emit import dtype_expr, Emitter, family_section, file_head, language_stem, MASKED_HELPER, module_body, Unsupported
 from mk.author.ir import stated_precision
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
@@ -41,10 +41,7 @@ from mk.author.split import split_epilogue, whole_epilogue
 from mk.author.trace import Traced
 from mk.kernels.conv import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
-from mk.targets import kernel_language
-
-#: the chip whose facts the written kernel's default tiling reads (mk.hardware.DEFAULT_SPECS)
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 @dataclass(frozen=True)
@@ -320,7 +317,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     conv_shapes = Shapes.of(layout.x_shape, layout.w_shape,
                             np_dtype(task.args[lhs.index].dtype).itemsize, fused_epilogue=True)
     tuning = space(target, conv_shapes)
-    cfg = default(CHIPS[target], conv_shapes).kwargs(target)
+    cfg = default(kernel_spec(target), conv_shapes).kwargs(target)
     config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
     src = _render(task, names, probes.used(*body.lines, *body.outputs), body, target, conv, lhs, rhs, layout,
                   params, channel_axes, tuning, config, dtype_expr(kernel_out.aval.dtype), tail,
@@ -487,7 +484,7 @@ def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand,
     gpu = kernel_language(target) == "triton"
     shapes = Shapes.of(layout.x_shape, layout.w_shape, itemsize, fused_epilogue=False)
     tuning = space(target, shapes)
-    cfg = default(CHIPS[target], shapes).kwargs(target)
+    cfg = default(kernel_spec(target), shapes).kwargs(target)
     config = {k: (cfg[k] if cfg[k] in v else v[0]) for k, v in tuning.items()}
     if not gpu and "block_cout" in config:  # None: planned by the kernel for the shapes it is called with
         config["block_cout"] = None
@@ -496,14 +493,14 @@ def _unfused(task: Task, names: list[str], target: str, conv: Any, lhs: Operand,
     x_lines, w_lines = _operand_lines(x_name, w_name, lhs, rhs, layout)
     s = len(conv.params["window_strides"])
     text = (f"out = epilogue(conv({x_name}, {w_name}){''.join(', ' + n for n in pnames)}): a stride-1 convolution "
-            f"as an implicit GEMM, the kernel mk/kernels/conv/{target}.py copied below unchanged, with nothing fused: "
+            f"as an implicit GEMM, the kernel mk/kernels/conv/{language_stem(target)}.py copied below unchanged, with nothing fused: "
             "it writes the convolution (tiled over output channels where block_cout allows) and the reference's "
             "own work after it runs in XLA on whole arrays. Sizes and static values are read from the arguments at "
             "trace time.")
     lines = [
         *file_head(f"mk offline author: convolution, epilogue in XLA, for {task.name} (target {target}).", text,
                    gpu=gpu, space=tuning, imports=("import itertools", "import math")),
-        "", *family_section("conv", target, gpu_kernel if gpu else tpu_kernel), "", "",
+        "", *family_section(gpu_kernel if gpu else tpu_kernel), "", "",
         f"def _epilogue(y{''.join(', ' + n for n in pnames)}{', *, ' + ', '.join(v.name for v in used) if used else ''}):",
         '    """The reference after its convolution, on whole arrays (XLA, after the kernel)."""',
         *[f"    {l}" for l in ep.lines],
@@ -569,7 +566,7 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     text = (f"out = epilogue(conv({x_name}, {w_name}){''.join(', ' + n for n in pnames)}), a stride-1 convolution as "
             "an implicit GEMM with the reference's own work after it fused per sample. The kernel is "
-            f"mk/kernels/conv/{target}.py, copied below unchanged; only _epilogue is generated from the reference. "
+            f"mk/kernels/conv/{language_stem(target)}.py, copied below unchanged; only _epilogue is generated from the reference. "
             "Sizes and static values are read from the arguments at trace time"
             + ("; Triton blocks are powers of two, so the tile is zero-padded and every reduction in the epilogue "
                "masks the padding out." if gpu else "."))
@@ -577,7 +574,7 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
         *file_head(f"mk offline author: convolution with fused epilogue for {task.name} (target {target}).", text, gpu=gpu,
                    space=tuning, imports=("import itertools", "import math")),
         "",
-        *family_section("conv", target, module),
+        *family_section(module),
         "",
         "",
         *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mk.author.emit import Unsupported
+from mk.author.emit import language_stem, Unsupported
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.probe import arg_names, signature
 from mk.author.proposal import Proposal
@@ -456,7 +456,7 @@ def _render(task: Task, pat: CEPattern, reduction: str, sign: float, space: dict
         f'LOGITS_DTYPE = jnp.dtype("{pat.logits_dtype}")',
         "",
         "",
-        *family_section("cross_entropy", target, ce_gpu if gpu else ce_tpu),
+        *family_section(ce_gpu if gpu else ce_tpu),
         "",
         "",
         f"def kernel({signature(task, cfg)}):",
@@ -503,7 +503,7 @@ def with_backward(source: str, task: Task, pat: CEPattern, reduction: str, sign:
     grads[pat.x] = "dx" if pat.x_tokens_first else "dx.T"
     grads[pat.w] = "dw.T" if pat.w_vocab_first else "dw"
     fn = "ce_bwd_gpu" if gpu else "ce_bwd_tpu"
-    if f"# --- mk/kernels/cross_entropy/{target}.py" not in source:  # the forward copied the kernels in already
+    if f"# --- mk/kernels/cross_entropy/{language_stem(target)}.py" not in source:  # the forward copied the kernels in already
         raise Unsupported("internal: the cross-entropy file lacks its copy of mk/kernels/cross_entropy")
     lines = [
         "",

@@ -350,6 +350,19 @@ def module_body(module: Any) -> str:
     return "\n".join(lines[last + 1:]).strip("\n")
 
 
-def family_section(family: str, target: str, module: Any) -> list[str]:
-    """A ``mk/kernels/<family>/<target>.py`` module copied unchanged into a written file, between two rules."""
-    return [f"# --- mk/kernels/{family}/{target}.py ".ljust(99, "-"), module_body(module), "# " + "-" * 100]
+def kernel_path(module: Any) -> str:
+    """Where a kernel module's code lives, as a written file names it: ``mk/kernels/<family>/<file>.py``."""
+    return module.__name__.replace(".", "/") + ".py"
+
+
+def language_stem(target: str) -> str:
+    """The stem of ``target``'s kernel-language files in a family folder (``tpu`` for Mosaic, ``gpu`` for Triton):
+    by the target's kernel language, so a registered target names the files it really copies in."""
+    from mk.targets import kernel_language
+
+    return {"mosaic": "tpu", "triton": "gpu"}[kernel_language(target)]
+
+
+def family_section(module: Any) -> list[str]:
+    """A kernel module (``mk/kernels/<family>/<file>.py``) copied unchanged into a written file, between two rules."""
+    return [f"# --- {kernel_path(module)} ".ljust(99, "-"), module_body(module), "# " + "-" * 100]

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mk.author.emit import Unsupported, dtype_expr, family_section, file_head
+from mk.author.emit import dtype_expr, family_section, file_head, language_stem, Unsupported
 from mk.author.ir import stated_precision
 from mk.author.probe import arg_names, signature, static_names
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.kernels.gmm import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
-from mk.targets import kernel_language
-
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def _prims(jaxpr: Any) -> list[str]:
@@ -116,7 +114,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     else:
         shapes = Shapes(x_shape[0], x_shape[1], w_shape[2], w_shape[0], np_dtype(task.args[found["x"]].dtype).itemsize)
     tuning = space(target, shapes)
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     src = _render(task, names, form, found, target, tuning, config, dtype_expr(jaxpr.outvars[0].aval.dtype))
     what = ("a batched matmul as G equal groups" if form == "batched" else
             "a scan over groups (dynamic row slabs, masked, added back) as one grouped matmul")
@@ -158,12 +156,12 @@ def _render(task: Task, names: list[str], form: str, found: dict[str, Any], targ
         text = (f"out[rows of group g] = {x}[rows of group g] @ {w}[g], the groups consecutive from row 0 with sizes "
                 f"{names[found['sizes']]}: the reference's scan over groups as one grouped matmul (equal to it where no "
                 "slab start is clamped and no group is larger than its slab).")
-    text += (f" The kernel is mk/kernels/gmm/{target}.py, copied below unchanged. Block sizes are requests, fitted to "
+    text += (f" The kernel is mk/kernels/gmm/{language_stem(target)}.py, copied below unchanged. Block sizes are requests, fitted to "
              "the sizes the kernel is called with.")
     lines = [
         *file_head(f"mk offline author: grouped matmul for {task.name} (target {target}).", text, gpu=gpu, space=tuning),
         "",
-        *family_section("gmm", target, module),
+        *family_section(module),
         "",
         "",
         f"def kernel({signature(task, cfg_sig)}):",

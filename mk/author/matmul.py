@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, dtype_expr, family_section, file_head
+from mk.author.emit import dtype_expr, Emitter, family_section, file_head, language_stem, MASKED_HELPER, Unsupported
 from mk.author.ir import stated_precision
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
@@ -29,9 +29,7 @@ from mk.author.split import split_epilogue, whole_epilogue
 from mk.author.trace import Traced
 from mk.kernels.matmul import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
-from mk.targets import kernel_language
-
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 @dataclass(frozen=True)
@@ -261,7 +259,7 @@ def _shapes(M: int, N: int, K: int, full_n: bool, sublanes: int) -> Shapes:
 def _config(target: str, space_: dict[str, list[int]], M: int, N: int, K: int, full_n: bool, sublanes: int,
             splitk: bool = False) -> str:
     """The kernel's keyword defaults: the chip's default tiling (data/hardware.json) over the space's fields."""
-    cfg = default(CHIPS[target], _shapes(M, N, K, full_n, sublanes), splitk)
+    cfg = default(kernel_spec(target), _shapes(M, N, K, full_n, sublanes), splitk)
     return ", ".join(f"{k}={getattr(cfg, k)!r}" for k in sorted(space_, key=_SIGNATURE_ORDER.index))
 
 
@@ -295,7 +293,7 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
     text = (f"out = epilogue({names[lhs.index]} @ {names[rhs.index]}{'.T' if w_t else ''}"
             + "".join(f", {n}" for n in pnames) + "): the product is accumulated in f32 block by block and the "
             "epilogue runs on each finished block" + (" of whole rows (it reduces or reshapes along N)" if full_n else "")
-            + f". The kernel is mk/kernels/matmul/{target}.py, copied below unchanged; only _epilogue is generated "
+            + f". The kernel is mk/kernels/matmul/{language_stem(target)}.py, copied below unchanged; only _epilogue is generated "
             "from the reference. Sizes and static values are read from the arguments at trace time; block sizes "
             "are requests, fitted to the sizes the kernel is called with"
             + (" (powers of two for Triton; a size no power of two >= 16 divides is zero-padded, and the padding is "
@@ -307,7 +305,7 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
         *file_head(f"mk offline author: tiled matmul with fused epilogue for {task.name} (target {target}).", text,
                    gpu=gpu, space=space),
         "",
-        *family_section("matmul", target, module),
+        *family_section(module),
         "",
         "",
         *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mk.author.emit import Emitted, family_section, file_head
+from mk.author.emit import Emitted, family_section, file_head, language_stem
 from mk.kernels.matmul import splitk_gpu, splitk_tpu
 from mk.author.probe import signature
 from mk.task import Task
@@ -41,7 +41,7 @@ def render(task: Task, names: list[str], target: str, lhs: Any, rhs: Any, w_t: b
             + "".join(f", {n}" for n in pnames) + "): split-K. K is cut into k_splits slabs, a parallel grid axis; "
             "each program accumulates its slab's f32 partial product of one output block, and XLA sums the slabs and "
             f"runs the reference's epilogue on whole arrays after the kernel. The kernel is "
-            f"mk/kernels/matmul/splitk_{target}.py, copied below unchanged; only _epilogue is generated from the "
+            f"mk/kernels/matmul/splitk_{language_stem(target)}.py, copied below unchanged; only _epilogue is generated from the "
             "reference. Sizes and static values are read from "
             "the arguments at trace time; block sizes and k_splits are requests fitted to the sizes the kernel is "
             "called with" + (" (powers of two for Triton, sizes zero-padded)." if gpu else
@@ -49,7 +49,7 @@ def render(task: Task, names: list[str], target: str, lhs: Any, rhs: Any, w_t: b
     lines = [
         *file_head(f"mk offline author: split-K matmul, epilogue after the kernel, for {task.name} (target {target}).",
                    text, gpu=gpu, space=sp),
-        "", *family_section("matmul", f"splitk_{target}", module), "", "",
+        "", *family_section(module), "", "",
         f"def _epilogue(y{''.join(', ' + n for n in pnames)}{', *, ' + kw if kw else ''}):",
         '    """The reference after its matrix product, on whole arrays (XLA, after the kernel)."""',
         *[f"    {l}" for l in epilogue.lines],

@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from mk.author import attention
-from mk.author.emit import Unsupported, family_section, file_head
+from mk.author.emit import family_section, file_head, language_stem, Unsupported
 from mk.author import ir
 from mk.author.emit import dtype_expr
 from mk.author.ir import Op, Program, Val, from_jaxpr
@@ -47,9 +47,7 @@ from mk.kernels.flash_attention import SCHEDULES, Shapes, default, gpu as gpu_ke
 from mk.kernels.flash_attention.reference import attention as reference_attention
 from mk.kernels.gmm import gpu as gmm_gpu, tpu as gmm_tpu
 from mk.task import Task
-from mk.targets import kernel_language
-
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def _derives(v: Val, roots: set[int], prod: dict[int, Op], memo: dict[int, bool]) -> bool:
@@ -342,7 +340,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     itemsize = min(np.dtype(x.dtype).itemsize for x in (c0.q, c0.k, c0.v))
     shapes = Shapes(qs[0], qs[1], qs[2], ks[2], qs[3], itemsize)
     tuning = space(target, shapes)
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = "".join(f", {k}={k}" for k in config)
     props = []
@@ -354,10 +352,10 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
                 f"q {qs}, k {ks}, v {vs[:3] + (vs[3],)} at the authoring size, scale {scale_expr}) as flash attention "
                 f"({plan}); the work before it (projections, RoPE) and after it is the reference's own, written back "
                 f"as JAX with every x @ w projection a Pallas matmul. The kernels are mk/kernels/flash_attention/"
-                f"{target}.py and mk/kernels/gmm/{target}.py (one group), copied below unchanged.")
+                f"{language_stem(target)}.py and mk/kernels/gmm/{language_stem(target)}.py (one group), copied below unchanged.")
         lines = [*file_head(f"mk offline author: attention core of {task.name} (target {target}).", text, gpu=gpu,
-                            space=tuning), "", *family_section("flash_attention", target, gpu_kernel if gpu else tpu_kernel),
-                 "", *family_section("gmm", target, gmm_gpu if gpu else gmm_tpu), "", "", *_matmul_helper(target), "",
+                            space=tuning), "", *family_section(gpu_kernel if gpu else tpu_kernel),
+                 "", *family_section(gmm_gpu if gpu else gmm_tpu), "", "", *_matmul_helper(target), "",
                  "", f"CAUSAL = {causal}", f"SCORE_DTYPE = {score_dtype}", "", "",
                  *_function(task, body, probes.used(*body), cfg_sig)]
         props.append(Proposal(

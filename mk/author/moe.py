@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mk.author.emit import _INLINE, Unsupported, dtype_expr, family_section, file_head
+from mk.author.emit import _INLINE, dtype_expr, family_section, file_head, language_stem, Unsupported
 from mk.author.ir import ELEMENTWISE, Op, Program, Val, _bind_consts, _read
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
@@ -33,9 +33,8 @@ from mk.author.trace import Traced
 from mk.kernels.gmm import gpu as gpu_kernel, masked_gpu, masked_tpu, mlp_gpu, mlp_tpu, tpu as tpu_kernel
 from mk.kernels.swiglu import Shapes, default, space
 from mk.task import Task
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
 _DEFINED = {"gmm_tpu", "gmm_gpu", "gmm_visits", "gmm_tiles", "_gmm_tpu_kernel", "_gmm_gpu_kernel", "_block", "_fit",
             "_pow2", "_act", "_moe", "combine", "choice", "gmlp_tpu", "gmlp_gpu", "_gmlp_tpu_kernel", "_gmlp_gpu_kernel",
             "_gmlp_fit", "_silu_gate", "_silu_gate_f32", "masked_mlp_tpu", "masked_mlp_gpu", "_masked_tpu_kernel",
@@ -241,7 +240,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     shapes = Shapes(tokens * k, x_shape[-1], wg_shape[gh], wd_shape[found["d_perm"][2]],
                     prog.args[found["x"]].dtype.itemsize)  # the fused MLP's tiling (swiglu's fields)
     tuning = space(target, shapes)
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     src = _source(task, names, probes, lines, wname, iname, act_lines, hname, found, target, tuning, config, False)
     masked = _source(task, names, probes, lines, wname, iname, act_lines, hname, found, target, tuning, config, True)
     return [Proposal(
@@ -290,26 +289,26 @@ def _source(task: Task, names: list[str], probes: Any, lines: list[str], wname: 
     used = probes.used(*lines)
     text = ("The reference computes every expert for every token and weights the unselected ones by 0; this kernel "
             "runs one fused kernel over (token tile, expert, hidden block) that skips the pairs no token of the tile "
-            "chose (mk/kernels/gmm/masked_" + target + ".py, copied below unchanged, after the helpers of "
-            f"mk/kernels/gmm/{target}.py): the gate and up products, the reference's gate (_act), the down product and "
+            "chose (mk/kernels/gmm/masked_" + language_stem(target) + ".py, copied below unchanged, after the helpers of "
+            f"mk/kernels/gmm/{language_stem(target)}.py): the gate and up products, the reference's gate (_act), the down product and "
             "the weighted combine; the router (the reference's own ops, plain JAX) gives the combine weights. No sort "
             "or gather.") if masked else (
             "The reference computes every expert for every token and weights the unselected ones by 0; this kernel "
             "computes only each token's top-k choices: the router (the reference's own ops, plain JAX) gives the "
             "combine weights and the choices, the choices are sorted by expert (argsort, bincount for the group "
             "sizes), the gate and up products, the reference's gate (_act) and the down product run fused in one "
-            f"grouped kernel over the sorted rows (mk/kernels/gmm/mlp_{target}.py with the visit tables of "
-            f"mk/kernels/gmm/{target}.py, both copied below unchanged), and each token's rows are combined with their "
+            f"grouped kernel over the sorted rows (mk/kernels/gmm/mlp_{language_stem(target)}.py with the visit tables of "
+            f"mk/kernels/gmm/{language_stem(target)}.py, both copied below unchanged), and each token's rows are combined with their "
             "weights.")
     src = [
         *file_head(f"mk offline author: sparse mixture of experts for {task.name} (target {target}).", text, gpu=gpu,
                    space=tuning),
         "",
-        *family_section("gmm", target, gpu_kernel if gpu else tpu_kernel),
+        *family_section(gpu_kernel if gpu else tpu_kernel),
         "",
         "",
-        *(family_section("gmm", f"masked_{target}", masked_gpu if gpu else masked_tpu) if masked else
-          family_section("gmm", f"mlp_{target}", mlp_gpu if gpu else mlp_tpu)),
+        *(family_section(masked_gpu if gpu else masked_tpu) if masked else
+          family_section(mlp_gpu if gpu else mlp_tpu)),
         "",
         "",
         (_MASKED if masked else _HELPER).replace("{fn}", fn).rstrip("\n"),

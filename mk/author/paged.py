@@ -19,16 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from mk.author.emit import Unsupported, family_section, file_head
+from mk.author.emit import family_section, file_head, language_stem, Unsupported
 from mk.author.ir import Program, from_jaxpr
 from mk.author.probe import arg_names, probes_for, signature, static_names
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.kernels.paged_attention import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
 _DEFINED = {"paged_attention_tpu", "paged_attention_gpu", "_paged_tpu_kernel", "_paged_gpu_kernel",
             "_largest_divisor", "_pow2", "_MASKED", "SCORE_DTYPE", "scale", "q"}
 
@@ -177,7 +176,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
 def _render(task: Task, names: list[str], roles: dict[str, int | None], used: list, scale_expr: str,
             score_dtype: str, target: str, shapes: Shapes) -> str:
     gpu = kernel_language(target) == "triton"
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     q, kp, vp, table, lengths = (names[roles[r]] for r in ("q", "k", "v", "table", "lengths"))
@@ -185,13 +184,13 @@ def _render(task: Task, names: list[str], roles: dict[str, int | None], used: li
             if roles["offsets"] is not None else f"{q}  # one query row per sequence")
     unused = [s for s in static_names(task) if s not in {v.name for v in used} and s not in scale_expr]
     text = (f"out[n] = softmax({q}[row n] . K_n^T * scale, t < {lengths}[n]) V_n with K_n/V_n the slots of pages "
-            f"{table}[n] of {kp}/{vp}. The kernel is mk/kernels/paged_attention/{target}.py, copied below unchanged; "
+            f"{table}[n] of {kp}/{vp}. The kernel is mk/kernels/paged_attention/{language_stem(target)}.py, copied below unchanged; "
             "sizes are read from the arguments at trace time.")
     lines = [
         *file_head(f"mk offline author: paged decode attention for {task.name} (target {target}).", text, gpu=gpu,
                    space=space(target, shapes)),
         "",
-        *family_section("paged_attention", target, gpu_kernel if gpu else tpu_kernel),
+        *family_section(gpu_kernel if gpu else tpu_kernel),
         "",
         f"SCORE_DTYPE = {score_dtype}",
         "",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mk.author.emit import Unsupported, family_section, file_head
+from mk.author.emit import family_section, file_head, language_stem, Unsupported
 from mk.author.ir import from_jaxpr
 from mk.author.paged import score_scale, score_scale_expr
 from mk.author.probe import arg_names, probes_for, signature, static_names
@@ -27,9 +27,8 @@ from mk.author.proposal import Proposal
 from mk.author.trace import Traced, smallest_scale
 from mk.kernels.ragged_paged_attention import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
 _DEFINED = {"ragged_paged_attention_tpu", "ragged_paged_attention_gpu", "_rpa_tpu_kernel", "_rpa_gpu_kernel",
             "seq_ranges", "_pow2", "_MASKED", "scale", "out"}
 _ROLES = ("q", "kv", "lengths", "table", "offsets", "num_seqs")
@@ -139,7 +138,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
 def _render(task: Task, names: list[str], roles: dict[str, int], used: list, scale_expr: str, out_dtype: str,
             target: str, shapes: Shapes) -> str:
     gpu = kernel_language(target) == "triton"
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     q, kv, lengths, table, offsets, count = (names[roles[r]] for r in _ROLES)
@@ -148,14 +147,14 @@ def _render(task: Task, names: list[str], roles: dict[str, int], used: list, sca
             f"attends, with scale {scale_expr}, to the kv slots t < {lengths}[i] with t <= {lengths}[i] - q_len + r "
             f"(r = j - {offsets}[i]) of pages {table}[i] of {kv} (K at even, V at odd combined heads; query head h "
             f"reads kv head h // group); rows no active sequence owns are 0. The kernel is "
-            f"mk/kernels/ragged_paged_attention/{target}.py, copied below unchanged; sizes are read from the "
+            f"mk/kernels/ragged_paged_attention/{language_stem(target)}.py, copied below unchanged; sizes are read from the "
             "arguments at trace time.")
     cast = f".astype(jnp.{out_dtype})" if out_dtype != np.dtype(np_dtype(task.args[roles['q']].dtype)).name else ""
     lines = [
         *file_head(f"mk offline author: ragged paged attention for {task.name} (target {target}).", text, gpu=gpu,
                    space=space(target, shapes)),
         "",
-        *family_section("ragged_paged_attention", target, gpu_kernel if gpu else tpu_kernel),
+        *family_section(gpu_kernel if gpu else tpu_kernel),
         "",
         "",
         f"def kernel({signature(task, cfg_sig)}):",

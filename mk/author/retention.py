@@ -24,16 +24,15 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from mk.author.emit import _BINARY, _UNARY, Unsupported, dtype_expr, family_section, file_head
+from mk.author.emit import _BINARY, _UNARY, dtype_expr, family_section, file_head, language_stem, Unsupported
 from mk.author.ir import ELEMENTWISE, Op, Program, Val, _Dims, _expr, from_jaxpr
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.kernels.retention import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
 #: names the copied kernel modules and the written epilogue define
 _DEFINED = {"retention_tpu", "retention_gpu", "_abs", "_clamp_one", "_scores", "_stream_kernel", "_resident_kernel",
             "_block", "_pow2", "_fit", "_row_divisor", "_values", "_fused_kernel", "_one_pass_kernel",
@@ -316,7 +315,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     shapes = Shapes(b, h, s, traced[0].shapes[qi][3], traced[0].shapes[found["v"]][3],
                     np.dtype(prog.args[qi].dtype).itemsize)
     tuning = space(target, shapes)
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     gpu = kernel_language(target) == "triton"
     # GPU: one strategy. The kernel's one_pass=True (the scores cast before the division, not after) was judged
     # incorrect on 15p's large-magnitude case, so it is not offered.
@@ -381,13 +380,13 @@ def _source(task: Task, names: list[str], probes: Any, lines: list[str], cname: 
     text = ("out_i = sum_{j<=i} cast(s_ij / _post(sum_j _pre(s_ij))) v_j with s_ij = (q_i . k_j) exp(c_i - c_j): the "
             "reference's scores, decay mask, row normaliser and value product in one kernel. c, the cumulative log "
             "decay, is computed in plain JAX from the reference's own ops; _pre and _post are its ops before and "
-            f"after the row sum. Strategy: {plan}. The kernel is mk/kernels/retention/{target}.py, copied below "
+            f"after the row sum. Strategy: {plan}. The kernel is mk/kernels/retention/{language_stem(target)}.py, copied below "
             "unchanged. Block sizes are requests, fitted to the sequence length.")
     src = [
         *file_head(f"mk offline author: decayed retention for {task.name} (target {target}).", text, gpu=gpu,
                    space=tuning),
         "",
-        *family_section("retention", target, module),
+        *family_section(module),
         "",
         "",
         "def _pre(s):",

@@ -21,18 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mk.author.emit import MASKED_HELPER, Emitter, Unsupported, family_section
+from mk.author.emit import Emitter, family_section, language_stem, MASKED_HELPER, Unsupported
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
-from mk.kernels.rowwise.config import BUDGET, Shapes as RowShapes, space as rows_space
+from mk.kernels.rowwise.config import Shapes as RowShapes, budget as row_budget, space as rows_space
 from mk.task import Task, np_dtype
 from mk.targets import kernel_language
 
 log = logging.getLogger(__name__)
-
-#: on-chip budget for the double-buffered blocks of one grid step (bytes)
-_BUDGET = BUDGET
 
 
 @dataclass(frozen=True)
@@ -129,11 +126,8 @@ def _block_rows_space(target: str, layout: RowLayout, row_bytes: int, sublanes: 
     return rows_space(target, RowShapes(math.prod(layout.rows), row_bytes, sublanes))
 
 
-_HEADER = {
-    "tpu": "",
-    "gpu": "from jax.experimental.pallas import triton as pltriton",
-    "cpu": "",
-}
+#: the written file's extra import, by the target's kernel language
+_HEADER = {"triton": "from jax.experimental.pallas import triton as pltriton"}
 
 
 def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, target: str, space: list[int],
@@ -169,7 +163,7 @@ def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, t
         "import jax.numpy as jnp",
         "from jax import lax",
         "from jax.experimental import pallas as pl",
-        *([_HEADER[target]] if _HEADER[target] else []),
+        *([_HEADER[kernel_language(target)]] if kernel_language(target) in _HEADER else []),
         "",
         "#: leading axes that index rows (collapsed into one)",
         f"LEAD = {layout.lead}",
@@ -179,7 +173,7 @@ def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, t
         *(["#: rows per sublane tile of the narrowest row dtype (8 for 32-bit, 16 for 16-bit)", f"SUBLANES = {sublanes}"]
           if not pad else []),
         "#: on-chip bytes the double-buffered blocks of one grid step may use",
-        f"BUDGET = {_BUDGET[target]}",
+        f"BUDGET = {row_budget(target)}",
         "",
         "",
         f"def _body({', '.join(names)}{', *, ' + kwargs if kwargs else ''}):",
@@ -188,7 +182,7 @@ def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, t
         "",
         "",
         *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
-        *family_section("rowwise", "gpu" if pad else "tpu", rw_gpu if pad else rw_tpu),
+        *family_section(rw_gpu if pad else rw_tpu),
         "",
         "",
         f"def kernel({signature(task, f'block_rows={space[-1]}')}):",
@@ -351,7 +345,7 @@ def _with_backward(source: str, task: Task, target: str, nb: NormBackward) -> st
     lines = [
         "",
         "",
-        *family_section("norm", target, norm_gpu if gpu else norm_tpu),
+        *family_section(norm_gpu if gpu else norm_tpu),
         "",
         "",
         f"def kernel_bwd(cotangent, {signature(task, '')}):",
@@ -418,13 +412,13 @@ def _two_pass_source(task: Task, t0: Traced, op: NormBackward, target: str) -> s
             "column blocks and keeps its statistics in f32, pass 2 reads it again and writes the normalised blocks. "
             "Sizes are read from the arguments at trace time; block sizes are requests fitted to them"
             + (" (powers of two, the padding masked out of the statistics)." if gpu else ".")
-            + f" The kernel is {fn} of mk/kernels/norm/{target}_two_pass.py, copied in below.")
+            + f" The kernel is {fn} of mk/kernels/norm/{language_stem(target)}_two_pass.py, copied in below.")
     lines = [
         *file_head(f"mk offline author: two-pass row reduction for {task.name} (target {target}).", text, gpu=gpu,
                    space=space),
         "",
         "",
-        *family_section("norm", f"{target}_two_pass", gpu_two_pass if gpu else tpu_two_pass),
+        *family_section(gpu_two_pass if gpu else tpu_two_pass),
         "",
         "",
         f"def kernel({signature(task, cfg)}):",

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mk.author.emit import Emitter, Unsupported, dtype_expr, family_section, file_head
+from mk.author.emit import dtype_expr, Emitter, family_section, file_head, language_stem, Unsupported
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.kernels.swiglu import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
 #: what a gate on a block of hidden units may do: elementwise work only (a reduction would see one block)
 _NOT_ELEMENTWISE = ("reduce_", "argm", "cum", "reshape", "transpose", "squeeze", "expand_dims", "dot_general", "sort")
 
@@ -72,7 +71,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     e, f = ins[w1].aval.shape
     shapes = Shapes(m, e, f, ins[w3].aval.shape[1], np_dtype(task.args[ins.index(x1)].dtype).itemsize)
     tuning = space(target, shapes)
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     src = _render(task, names, ins.index(x1), (w1, w2, w3), body, target, tuning, config, dots,
                   dtype_expr(jaxpr.outvars[0].aval.dtype))
     prims = sorted(p for p in body.primitives if not p.startswith("_") and p not in ("pjit", "jit"))
@@ -101,14 +100,14 @@ def _render(task: Task, names: list[str], xi: int, ws: tuple[int, int, int], bod
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = ", ".join(f"{k}={k}" for k in config)
     text = (f"out = _gate({x} @ {wg}, {x} @ {wu}) @ {wd}, the gate emitted from the reference, the three products "
-            f"fused per block of hidden units. The kernel is mk/kernels/swiglu/{target}.py, copied below unchanged. "
+            f"fused per block of hidden units. The kernel is mk/kernels/swiglu/{language_stem(target)}.py, copied below unchanged. "
             "Block sizes are requests, fitted to the sizes the kernel is called with"
             + ("; the gate runs in f32 for 16-bit inputs (Triton lowers no 16-bit division)." if gpu else
                f"; the products before the gate are rounded to {inter.split('.')[-1]}, as the reference's are."))
     lines = [
         *file_head(f"mk offline author: fused gated MLP for {task.name} (target {target}).", text, gpu=gpu, space=tuning),
         "",
-        *family_section("swiglu", target, module),
+        *family_section(module),
         "",
         "",
         "def _gate(g, u):",

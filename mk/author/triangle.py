@@ -26,9 +26,8 @@ from mk.author.proposal import Proposal
 from mk.author.trace import Traced
 from mk.kernels.gmm import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
-CHIPS = {"tpu": "v6e", "gpu": "h200"}
 _DEFINED = {"gmm_tpu", "gmm_gpu", "gmm_visits", "gmm_tiles", "_gmm_tpu_kernel", "_gmm_gpu_kernel", "_block", "_fit",
             "_pow2", "_matmul", "_bmm"}
 _LINE = re.compile(r"^(\w+) = lax\.dot_general\((\w+), (\w+), ")
@@ -117,7 +116,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         rows *= d
     shapes = Shapes(rows, proj.ins[0].shape[-1], proj.ins[1].shape[-1], 1, proj.ins[0].dtype.itemsize)
     tuning = space(target, shapes)
-    config = default(CHIPS[target], shapes).kwargs(target)
+    config = default(kernel_spec(target), shapes).kwargs(target)
     cfg_call = ", ".join(f"{k_}={k_}" for k_ in config)
     # Every product is a kernel: the x @ w products as one group each, the batched product as one group per batch.
     for k_ in dots:
@@ -147,7 +146,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         *file_head(f"mk offline author: batched matmul kernel inside {task.name} (target {target}).", text, gpu=gpu,
                    space=tuning),
         "",
-        *family_section("gmm", target, gpu_kernel if gpu else tpu_kernel),
+        *family_section(gpu_kernel if gpu else tpu_kernel),
         "",
         "",
         _HELPER.replace("{fn}", fn).rstrip("\n"),

@@ -41,7 +41,7 @@ from mk.harness.process import Child, ChildFailed, Timeouts, default_memory_limi
 from mk.harness.results import SCREEN_FLAG, SCREENED, CaseResult, CostResult, EvalResult, StepResult, TimingResult
 from mk.harness.suite import Case, FrozenSuite, ReferenceCache, build_suite, runnable_scales
 from mk.harness.timing import MIN_INPUT_SETS, TimingOptions, not_measured, plausibility_flags, summarize
-from mk.targets import Target, get_target
+from mk.targets import Target, child_env, get_target
 from mk.task import Task
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ def _spawn(target: Target, memory_mb: int) -> tuple[dict[str, str], Any, Child, 
 
     env = {"JAX_PLATFORMS": "cpu"} if target.host or not target.device_present() else {}
     iso = isolation.detect()
-    return env, iso, pool.tracer({**env, "MK_TARGET": target.name}, memory_mb, iso), pool.runner(env, memory_mb)
+    return env, iso, pool.tracer({**env, **child_env(target)}, memory_mb, iso), pool.runner(env, memory_mb)
 
 
 def prestart(target: str, memory_limit_mb: int | None = None) -> None:
@@ -249,7 +249,7 @@ def prestart(target: str, memory_limit_mb: int | None = None) -> None:
     # a guess without importing JAX here (that would serialise the start-up this overlaps); when it is wrong the
     # evaluation's own key differs and it starts its processes itself
     env = {} if tgt.device_nodes_present() else {"JAX_PLATFORMS": "cpu"}
-    pool.prepare_spare({**env, "MK_TARGET": tgt.name}, memory_mb, isolation.detect())
+    pool.prepare_spare({**env, **child_env(tgt)}, memory_mb, isolation.detect())
     pool.runner(env, memory_mb)
 
 
@@ -274,7 +274,7 @@ def _finish(run: _Run) -> None:
     if run.runner is not None and run.runner.alive():
         pool.recycle_if_grown(run.runner)
     if run.iso is not None:
-        pool.prepare_spare({**run.env, "MK_TARGET": run.target.name}, run.memory_mb, run.iso)
+        pool.prepare_spare({**run.env, **child_env(run.target)}, run.memory_mb, run.iso)
 
 
 def _trace(run: _Run) -> None:

@@ -77,7 +77,7 @@ def test_blocks_and_errors():
     with pytest.raises(ValueError, match="GPU"):
         Config(block_rows=12).check("gpu")
     space = krw.space("tpu", krw.Shapes(nrows=4096, row_bytes=4096 * 6, sublanes=16))
-    assert space and all(b % 16 == 0 and 2 * b * 4096 * 6 <= krw.BUDGET["tpu"] for b in space)
+    assert space and all(b % 16 == 0 and 2 * b * 4096 * 6 <= krw.budget("tpu") for b in space)
     assert krw.default("gpu", krw.Shapes(nrows=64, row_bytes=512)).block_rows == 64
 
 
@@ -107,5 +107,5 @@ def test_gpu_rmsnorm_compiles_for_h100_at_jaxbench_12p_full_size_without_spills(
     body = functools.partial(_rms_body, d=8192)
     st = jax.ShapeDtypeStruct
     fn = lambda x, w: krw.rowwise_gpu(body, [x, w], row_inputs=(True, False), lead=2, block_rows=64,  # noqa: E731
-                                      budget=krw.BUDGET["gpu"])[0]
+                                      budget=krw.budget("gpu"))[0]
     fits(compiled(fn, st((8, 4096, 8192), jnp.bfloat16), st((8192,), jnp.bfloat16)))

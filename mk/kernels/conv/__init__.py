@@ -16,19 +16,15 @@ from mk.kernels.conv.config import Config, Shapes, default, space
 from mk.kernels.conv.gpu import conv_gpu
 from mk.kernels.conv.reference import conv as reference
 from mk.kernels.conv.tpu import conv_tpu
-from mk.targets import kernel_language
-
-#: the chip whose facts a target's default tiling reads when none is named (mk.hardware.DEFAULT_SPECS)
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def conv(x: Any, w: Any, *params: Any, target: str, epilogue: Callable[..., Any] | None = None, bias: Any = None,
          config: Config | None = None, chip: str | None = None, **kernel_kwargs: Any) -> Any:
     """``epilogue(conv(x, w) + bias, *params)`` with the ``target`` kernel (``tpu`` or ``gpu``)."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     shapes = Shapes.of(tuple(x.shape), tuple(w.shape), np.dtype(x.dtype).itemsize, epilogue is not None)
-    config = config or default(chip or _CHIPS[target], shapes)
+    config = config or default(chip or spec, shapes)
     config.check(target, shapes)
     fn = conv_tpu if kernel_language(target) == "mosaic" else conv_gpu
     return fn(x, w, *params, epilogue=epilogue, bias=bias, **config.kwargs(target), **kernel_kwargs)

@@ -19,9 +19,8 @@ from mk.kernels.flash_attention.config import Config, Shapes, default, space
 from mk.kernels.flash_attention.gpu import flash_attention_gpu, flash_attention_gpu_two_pass
 from mk.kernels.flash_attention.reference import attention as reference
 from mk.kernels.flash_attention.tpu import flash_attention_tpu, flash_attention_tpu_loop
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
 #: schedule name -> (TPU kernel, GPU kernel)
 SCHEDULES = {"online": (flash_attention_tpu, flash_attention_gpu),
              "resident": (flash_attention_tpu_loop, flash_attention_gpu_two_pass)}
@@ -31,12 +30,11 @@ def flash_attention(q: Any, k: Any, v: Any, bias: Any = None, *, target: str, sc
                     schedule: str = "online", config: Config | None = None, chip: str | None = None,
                     **kernel_kwargs: Any) -> Any:
     """The ``target`` kernel (``tpu`` or ``gpu``) of ``schedule`` with ``config`` or the chip's default."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
     shapes = Shapes(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], jnp.dtype(q.dtype).itemsize)
-    config = config or default(chip or _CHIPS[target], shapes)
+    config = config or default(chip or spec, shapes)
     config.check(target)
     tpu_fn, gpu_fn = SCHEDULES[schedule]
     fn = tpu_fn if kernel_language(target) == "mosaic" else gpu_fn

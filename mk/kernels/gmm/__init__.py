@@ -17,18 +17,15 @@ from mk.kernels.gmm.config import Config, Shapes, default, space
 from mk.kernels.gmm.gpu import gmm_gpu
 from mk.kernels.gmm.reference import gmm as reference
 from mk.kernels.gmm.tpu import gmm_tpu
-from mk.targets import kernel_language
-
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def gmm(lhs: Any, rhs: Any, group_sizes: Any, *, target: str, config: Config | None = None, chip: str | None = None,
         **kernel_kwargs: Any) -> Any:
     """The ``target`` kernel (``tpu`` or ``gpu``) with ``config`` or the chip's default tiling."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     shapes = Shapes(lhs.shape[0], lhs.shape[1], rhs.shape[2], rhs.shape[0], jnp.dtype(lhs.dtype).itemsize)
-    config = config or default(chip or _CHIPS[target], shapes)
+    config = config or default(chip or spec, shapes)
     config.check(target)
     fn = gmm_tpu if kernel_language(target) == "mosaic" else gmm_gpu
     return fn(lhs, rhs, group_sizes, **config.kwargs(target), **kernel_kwargs)

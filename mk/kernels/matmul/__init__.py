@@ -23,9 +23,8 @@ from mk.kernels.matmul.reference import matmul as reference
 from mk.kernels.matmul.splitk_gpu import matmul_splitk_gpu
 from mk.kernels.matmul.splitk_tpu import matmul_splitk_tpu
 from mk.kernels.matmul.tpu import matmul_tpu
-from mk.targets import kernel_language
+from mk.targets import kernel_language, kernel_spec
 
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
 KINDS = ("tile", "row", "col", "scalar")
 
 
@@ -34,13 +33,12 @@ def matmul(x: Any, w: Any, *params: Any, target: str, kinds: tuple[str, ...] = (
            **kernel_kwargs: Any) -> Any:
     """The ``target`` kernel (``tpu`` or ``gpu``; ``splitk``: the split-K one) with ``config`` or the chip's
     default tiling."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     if any(k not in KINDS for k in kinds):
         raise ValueError(f"parameter kinds are {KINDS}, got {kinds!r}")
     n = w.shape[0 if transpose_w else 1]
     shapes = Shapes(x.shape[0], n, x.shape[1], jnp.dtype(x.dtype).itemsize, kernel_kwargs.get("full_n", False))
-    config = config or default(chip or _CHIPS[target], shapes, splitk)
+    config = config or default(chip or spec, shapes, splitk)
     config.check(target)
     if splitk:
         fn = matmul_splitk_tpu if kernel_language(target) == "mosaic" else matmul_splitk_gpu

@@ -20,20 +20,17 @@ from mk.kernels.norm.reference import layernorm, layernorm_bwd, rmsnorm, rmsnorm
 from mk.kernels.norm.tpu import norm_bwd_tpu
 from mk.kernels.norm.gpu_two_pass import two_pass_gpu
 from mk.kernels.norm.tpu_two_pass import two_pass_tpu
-from mk.targets import kernel_language
-
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def norm_bwd(x: Any, w: Any | None, b: Any | None, g: Any, *, kind: str, eps: float, target: str,
              config: Config | None = None, chip: str | None = None) -> tuple[Any, Any, Any]:
     """(dx, dw, db) of RMSNorm (``kind="rms"``) or LayerNorm (``kind="layer"``) on ``target`` (tpu or gpu)."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     n = 1
     for s in x.shape[:-1]:
         n *= s
-    config = config or default(chip or _CHIPS[target], Shapes(n, x.shape[-1], jnp.dtype(x.dtype).itemsize))
+    config = config or default(chip or spec, Shapes(n, x.shape[-1], jnp.dtype(x.dtype).itemsize))
     config.check(target)
     fn = norm_bwd_tpu if kernel_language(target) == "mosaic" else norm_bwd_gpu
     return fn(x, w, b, g, kind=kind, eps=eps, **config.kwargs(target))
@@ -42,12 +39,11 @@ def norm_bwd(x: Any, w: Any | None, b: Any | None, g: Any, *, kind: str, eps: fl
 def two_pass(x: Any, w: Any | None, b: Any | None, *, kind: str, eps: float = 0.0, target: str,
              config: TwoPassConfig | None = None, chip: str | None = None, out_dtype: Any = None) -> Any:
     """Softmax (``kind="softmax"``), RMSNorm or LayerNorm over x's last axis in two passes on ``target``."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     n = 1
     for s in x.shape[:-1]:
         n *= s
-    config = config or two_pass_default(chip or _CHIPS[target], Shapes(n, x.shape[-1], jnp.dtype(x.dtype).itemsize))
+    config = config or two_pass_default(chip or spec, Shapes(n, x.shape[-1], jnp.dtype(x.dtype).itemsize))
     config.check(target)
     fn = two_pass_tpu if kernel_language(target) == "mosaic" else two_pass_gpu
     return fn(x, w, b, kind=kind, eps=eps, out_dtype=out_dtype, **config.kwargs(target))

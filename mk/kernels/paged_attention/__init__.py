@@ -18,19 +18,16 @@ from mk.kernels.paged_attention.config import Config, Shapes, default, space
 from mk.kernels.paged_attention.gpu import paged_attention_gpu
 from mk.kernels.paged_attention.reference import paged_attention as reference
 from mk.kernels.paged_attention.tpu import paged_attention_tpu
-from mk.targets import kernel_language
-
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def paged_attention(q: Any, k_pages: Any, v_pages: Any, lengths: Any, page_indices: Any, *, target: str, scale: float,
                     config: Config | None = None, chip: str | None = None, **kernel_kwargs: Any) -> Any:
     """The ``target`` kernel (``tpu`` or ``gpu``) with ``config`` or the chip's default."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     shapes = Shapes(q.shape[0], q.shape[1], k_pages.shape[2], q.shape[2], k_pages.shape[1], page_indices.shape[1],
                     jnp.dtype(k_pages.dtype).itemsize)
-    config = config or default(chip or _CHIPS[target], shapes)
+    config = config or default(chip or spec, shapes)
     config.check(target)
     fn = paged_attention_tpu if kernel_language(target) == "mosaic" else paged_attention_gpu
     return fn(q, k_pages, v_pages, lengths, page_indices, scale=scale, **config.kwargs(target), **kernel_kwargs)

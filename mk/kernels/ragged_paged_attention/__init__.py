@@ -20,9 +20,7 @@ from mk.kernels.ragged_paged_attention.config import Config, Shapes, default, sp
 from mk.kernels.ragged_paged_attention.gpu import ragged_paged_attention_gpu
 from mk.kernels.ragged_paged_attention.reference import ragged_paged_attention as reference
 from mk.kernels.ragged_paged_attention.tpu import ragged_paged_attention_tpu
-from mk.targets import kernel_language
-
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def shapes_of(queries: Any, kv_pages: Any, page_indices: Any) -> Shapes:
@@ -35,9 +33,8 @@ def ragged_paged_attention(queries: Any, kv_pages: Any, kv_lens: Any, page_indic
                            num_seqs: Any, *, target: str, scale: float, config: Config | None = None,
                            chip: str | None = None, **kernel_kwargs: Any) -> Any:
     """The ``target`` kernel (``tpu`` or ``gpu``) with ``config`` or the chip's default."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
-    config = config or default(chip or _CHIPS[target], shapes_of(queries, kv_pages, page_indices))
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
+    config = config or default(chip or spec, shapes_of(queries, kv_pages, page_indices))
     config.check(target)
     fn = ragged_paged_attention_tpu if kernel_language(target) == "mosaic" else ragged_paged_attention_gpu
     return fn(queries, kv_pages, kv_lens, page_indices, cu_q_lens, num_seqs, scale=scale, **config.kwargs(target),

@@ -20,19 +20,16 @@ from mk.kernels.retention.config import Config, Shapes, default, space
 from mk.kernels.retention.gpu import retention_gpu
 from mk.kernels.retention.reference import abs_norm, clamp_one, retention as reference
 from mk.kernels.retention.tpu import retention_tpu
-from mk.targets import kernel_language
-
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def retention(q: Any, k: Any, v: Any, c: Any, *, target: str, config: Config | None = None, chip: str | None = None,
               **kernel_kwargs: Any) -> Any:
     """The ``target`` kernel (``tpu`` or ``gpu``) with ``config`` or the chip's default tiling."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     b, h, s, d = q.shape
     shapes = Shapes(b, h, s, d, v.shape[3], jnp.dtype(q.dtype).itemsize)
-    config = config or default(chip or _CHIPS[target], shapes)
+    config = config or default(chip or spec, shapes)
     config.check(target)
     fn = retention_tpu if kernel_language(target) == "mosaic" else retention_gpu
     return fn(q, k, v, c, **config.kwargs(target), **kernel_kwargs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from mk.kernels.rowwise.config import BUDGET, Config, Shapes, default, space
+from mk.kernels.rowwise.config import BUDGET, Config, Shapes, budget, default, space
 from mk.kernels.rowwise.gpu import rowwise_gpu
 from mk.kernels.rowwise.reference import rowwise as rowwise_reference
 from mk.kernels.rowwise.tpu import rowwise_tpu
@@ -28,10 +28,10 @@ def rowwise(body: Callable[..., tuple], inputs: Sequence[Any], *, row_inputs: Se
     config = config or Config()
     config.check(target)
     if lang == "mosaic":
-        return rowwise_tpu(body, inputs, row_inputs=row_inputs, lead=lead, sublanes=sublanes, budget=BUDGET["tpu"],
+        return rowwise_tpu(body, inputs, row_inputs=row_inputs, lead=lead, sublanes=sublanes, budget=BUDGET["mosaic"],
                            **config.kwargs(target))
-    return rowwise_gpu(body, inputs, row_inputs=row_inputs, lead=lead, budget=BUDGET["gpu"], **config.kwargs(target))
+    return rowwise_gpu(body, inputs, row_inputs=row_inputs, lead=lead, budget=BUDGET["triton"], **config.kwargs(target))
 
 
-__all__ = ["BUDGET", "Config", "Shapes", "default", "rowwise", "rowwise_gpu", "rowwise_reference", "rowwise_tpu",
+__all__ = ["BUDGET", "Config", "Shapes", "budget", "default", "rowwise", "rowwise_gpu", "rowwise_reference", "rowwise_tpu",
            "space"]

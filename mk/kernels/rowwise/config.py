@@ -13,10 +13,16 @@ from typing import Any
 from mk.kernels import validate
 from mk.targets import kernel_language
 
-#: on-chip bytes the double-buffered blocks of one grid step may use, per target. TPU: two thirds of the smallest
+#: on-chip bytes the double-buffered blocks of one grid step may use, per kernel language (``Target.kernel_language``;
+#: "" for a target judged as plain JAX). Mosaic (TPU): two thirds of the smallest
 #: scoped-VMEM budget of mk's chips (v5e: 3/4 of 16 MiB, `validate.vmem_budget`), the rest for the body's float32
 #: temporaries: at 16 MiB the softmax example's blocks at full (8192 x 4096 f32) took 19.8 MiB, over v5e's limit.
-BUDGET = {"tpu": 8 * 2**20, "gpu": 96 * 2**10 * 4, "cpu": 64 * 2**20}
+BUDGET = {"mosaic": 8 * 2**20, "triton": 96 * 2**10 * 4, "": 64 * 2**20}
+
+
+def budget(target: str) -> int:
+    """:data:`BUDGET` for ``target``'s kernel language."""
+    return BUDGET[kernel_language(target)]
 _OPTIONS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
@@ -54,9 +60,9 @@ class Config:
 def space(target: str, shapes: Shapes) -> list[int]:
     """Row-block sizes to tune over: those whose double-buffered rows fit the target's budget (at most the rows),
     the four largest."""
-    budget = BUDGET[target]
+    fit = budget(target)
     options = [b for b in _OPTIONS if b >= shapes.sublanes or kernel_language(target) == "triton"]
-    fits = [b for b in options if 2 * b * shapes.row_bytes <= budget and b <= max(shapes.nrows, options[0])]
+    fits = [b for b in options if 2 * b * shapes.row_bytes <= fit and b <= max(shapes.nrows, options[0])]
     return (fits or options[:1])[-4:]
 
 

@@ -17,20 +17,17 @@ from mk.kernels.swiglu.config import Config, Shapes, default, space
 from mk.kernels.swiglu.gpu import swiglu_gpu
 from mk.kernels.swiglu.reference import silu_gate, swiglu as reference
 from mk.kernels.swiglu.tpu import swiglu_tpu
-from mk.targets import kernel_language
-
-_CHIPS = {"tpu": "v6e", "gpu": "h200"}
+from mk.targets import kernel_language, kernel_spec
 
 
 def swiglu(x: Any, wg: Any, wu: Any, wd: Any, *, target: str, config: Config | None = None, chip: str | None = None,
            **kernel_kwargs: Any) -> Any:
     """The ``target`` kernel (``tpu`` or ``gpu``) over x's last axis, with ``config`` or the chip's default."""
-    if target not in _CHIPS:
-        raise ValueError(f"target must be one of {sorted(_CHIPS)}, got {target!r}")
+    spec = kernel_spec(target)  # the target's hardware spec; a TargetError for a target with no kernels
     lead, e = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, e)
     shapes = Shapes(x2.shape[0], e, wg.shape[1], wd.shape[1], jnp.dtype(x.dtype).itemsize)
-    config = config or default(chip or _CHIPS[target], shapes)
+    config = config or default(chip or spec, shapes)
     config.check(target)
     fn = swiglu_tpu if kernel_language(target) == "mosaic" else swiglu_gpu
     return fn(x2, wg, wu, wd, **config.kwargs(target), **kernel_kwargs).reshape(*lead, wd.shape[1])
