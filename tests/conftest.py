@@ -8,6 +8,19 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_compile_cache(tmp_path_factory):
+    """One chip-compile cache for the session, shared by every xdist worker and the processes tests start: a device
+    program one test compiled for a chip is not compiled again by the next (mk/harness/compile_cache.py)."""
+    from mk.harness import compile_cache
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if base.name.startswith("popen-gw") else base
+    if os.environ.get(compile_cache.ENV_VAR, "").lower() != "off":  # MK_COMPILE_CACHE=off: every compile runs
+        os.environ[compile_cache.ENV_VAR] = str(root / "compile-cache")
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("mkhome")

@@ -34,6 +34,7 @@ import threading
 from typing import Any
 
 from mk.chips import INSTALL_HINT, Chip, compiler_missing
+from mk.harness import compile_cache
 from mk.harness.heldout import FRESH
 from mk.harness.process import ChildFailed
 from mk.harness.results import CompileResult, KernelFigures
@@ -103,6 +104,8 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
         key = (hashlib.sha256(blob).hexdigest(), chip.name, no_spills, estimate)
         with _cache_lock:
             cached, full_error = _cache.get(key, (None, ""))
+        if cached is None:  # compiled before, by this or another process (mk/harness/compile_cache.py)
+            cached, full_error = _stored(chip, key)
         if cached is None:
             worker = pool.compiler(chip.kind, memory_mb, estimate)
             version = _versions.get(chip.kind)
@@ -131,8 +134,9 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
             if reply.get("missing"):
                 raise RuntimeError(f"the compile worker found no compiler: {reply['missing']}")
             cached, full_error = _result(chip, scale, reply, version), str(reply.get("error", ""))[:8000]
-            with _cache_lock:
-                _cache[key] = (cached, full_error)
+            compile_cache.store(_disk_key(chip, key), cached.model_dump(), full_error)
+        with _cache_lock:
+            _cache[key] = (cached, full_error)
         result = cached.model_copy(update={"scale": scale, "judged": scale in judged})
         results.append(result)
         if not result.ok:
@@ -153,6 +157,27 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
                 raise CompileRefused("compile_error", f"{what}; --no-spills refuses it: use smaller blocks or fewer warps")
             flags.append(what)
     return results, flags
+
+
+def _disk_key(chip: Chip, key: tuple[str, str, bool, bool]) -> str:
+    from mk.harness.compiler import versions
+
+    version = _versions.get(f"local:{chip.kind}")
+    if version is None:
+        version = _versions[f"local:{chip.kind}"] = versions(chip.kind)
+    sha, _, no_spills, estimate = key
+    return compile_cache.key(sha, chip.name, chip.limits(), no_spills, estimate, version)
+
+
+def _stored(chip: Chip, key: tuple[str, str, bool, bool]) -> tuple[CompileResult | None, str]:
+    """A result the disk cache holds for this program, chip and options (its scale set by the caller)."""
+    found = compile_cache.load(_disk_key(chip, key))
+    if found is None:
+        return None, ""
+    try:
+        return CompileResult(**found[0]), found[1]
+    except (TypeError, ValueError):  # fields of another version: compile again
+        return None, ""
 
 
 def _unclaimed(scale: str, judged: bool) -> str:
