@@ -164,6 +164,14 @@ class ArgSpec:
     dtype: str
     init: Init = field(default_factory=Init)
 
+    def __post_init__(self) -> None:
+        if self.init.kind == "randint" and np.dtype(self.dtype).kind in "iu":
+            info = np.iinfo(np.dtype(self.dtype))
+            if int(self.init.low) < info.min or int(self.init.high) - 1 > info.max:
+                raise TaskError(f"input {self.name!r}: randint [{self.init.low}, {self.init.high}) does not fit "
+                                f"{self.dtype} ([{info.min}, {info.max}])",
+                                hint=f"draw it within the dtype, e.g. high={int(info.max) + 1}")
+
     def resolve(self, dims: Mapping[str, int]) -> tuple[int, ...]:
         out = []
         for d in self.shape:

@@ -485,3 +485,23 @@ def test_real_builtin_suite_ids():
         load_task("jaxbench:12q_Nope")
     refs = discover("jaxbench")
     assert len(refs) >= 1 and all(r.kind == "builtin" and r.id.startswith("jaxbench:") for r in refs)
+
+
+def test_integer_inputs_are_drawn_within_their_dtype():
+    """An int8 weight of a 256-wide function drew 255 (``OverflowError`` inside ``mk.optimize``: the held-out user
+    functions of issue 25 found it); a declared range that does not fit the dtype is a typed error."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from mk.errors import TaskError
+    from mk.loaders.callable import callable_task
+
+    def f(x, w):
+        return x @ w.astype(jnp.float32)
+
+    task, _ = callable_task(f, [((256, 256), "float32"), ((256, 256), "int8")])
+    for dist in ("normal", "edges"):
+        w = task.make_inputs(task.default_scale, 0, dist)[1]
+        assert w.dtype == np.int8 and 0 <= w.min() and w.max() <= 127
+    with pytest.raises(TaskError, match="does not fit int8"):
+        callable_task(f, [((8, 256), "float32"), ((256, 256), "int8")], inits={"w": {"kind": "randint", "high": 1000}})

@@ -708,7 +708,9 @@ def _arg_specs(base: list[_Arg], names: list[str], all_shapes: list[tuple[int, .
             if common.is_floating(dtype):
                 init = Init("normal")
             else:
-                init = Init("randint", low=0, high=2 if dtype == "bool" else int_high)
+                # within the dtype's range (an int8 input of a 256-wide task drew 255: OverflowError, issue 25's set)
+                top = int(np.iinfo(np.dtype(dtype)).max) + 1 if dtype != "bool" else 2
+                init = Init("randint", low=0, high=2 if dtype == "bool" else min(int_high, top))
         if init.kind == "native":
             raise TaskError(f"input {nm!r}: a callable task has no input generator, so 'native' init is impossible",
                             hint="use randint/uniform/normal, or write an mk task module with its own generator")
