@@ -31,6 +31,7 @@ import numpy as np
 from mk.candidate import Candidate, load_candidate
 from mk.errors import CandidateError, ConfigError, MkError, TaskError
 from mk.harness.arrays import encode_static, load_arrays
+from mk.harness import program
 from mk.harness.compare import Comparison, compare_fair, compare_fair_f64, compare_outputs, low_precision
 from mk.harness.envelope import OUTSIDE, Envelope
 from mk.harness.heldout import FRESH, fresh_sizes
@@ -380,7 +381,7 @@ def _check_programs(run: _Run) -> None:
     import jax
     from jax import export
 
-    from mk.harness import gradient, program
+    from mk.harness import gradient
 
     for scale in (*run.scales, *run.compile_scales):
         facts = run.programs[scale]
@@ -503,7 +504,6 @@ def _compile_for_chip(run: _Run) -> None:
 def _covered(run: _Run, compiled: list[str]) -> list[str]:
     """The compile-only scales (compiled for the chip) whose program runs the code a judged size ran: the envelope
     claims them. Each other one is flagged with the reason."""
-    from mk.harness import program
 
     judged = [program.code_paths(run.exported[s]["cpu"]) for s in run.scales if "cpu" in run.exported.get(s, {})]
     envelope = Envelope.of(run.judged_task, run.suite)
@@ -649,7 +649,8 @@ def _run_one(run: _Run, i: int, case: Case, who: Child, form: str, what: str, *,
     folder = _write_inputs(run, name, inputs, into=None if who is run.runner else who.workdir)
     limit = case_limit(run, run.programs[case.scale].get("grid_steps"), slow)
     request = {"op": "case", "scale": case.scale, "dir": _rel(who, folder), "form": form} if who is run.runner else \
-        {"op": "run", "scale": case.scale, "dir": _rel(who, folder), "form": form, "run": tracer_run}
+        {"op": "run", "scale": case.scale, "dir": _rel(who, folder), "form": form, "run": tracer_run,
+         "seed": program.check_seed(run.programs[case.scale].get("parallel_axes") or [])}
     got, seconds = ask_outputs(run, who, folder, request, limit, what)
     cmp = _compare(run, case.scale, inputs, expected, got, what)
     if record:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from mk.harness import program
 from mk.harness.judging import (CHECK_RUNS, EPILOGUE_OPS_PER_OUTPUT, OUTSIDE_SHARE_FLAG, OUTSIDE_SHARE_REJECT,
                                 _last_line, _read_regular, _rel, _Verdict, _write_inputs, ask_outputs, case_limit,
                                 check_facts, check_note, check_precision)
@@ -494,7 +495,8 @@ def interpreter_check(run: Any, scale: str, inputs: list[np.ndarray], ct: list[n
         said = f"TPU-interpreter check of {what}{check_note(facts, check)}"
         folder = _write_inputs(run, f"grad_race_{secrets.token_hex(8)}", [*inputs, *ct], into=run.tracer.workdir)
         got, _ = ask_outputs(run, run.tracer, folder, {"op": "run", "scale": scale, "dir": _rel(run.tracer, folder),
-                                                       "part": "bwd", "run": check},
+                                                       "part": "bwd", "run": check,
+                                                       "seed": program.check_seed(facts.get("parallel_axes") or [])},
                              case_limit(run, facts.get("grid_steps"), 20.0), said)
         ok, _, k, why, _ = judge_case(run, scale, inputs, ct, expected, got, limits)
         if not ok:

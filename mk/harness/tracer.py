@@ -276,20 +276,33 @@ def _tampered() -> dict[str, Any] | None:
 CHECKS = {"ordered": ("nan", True), "shuffled": (GARBAGE_SHUFFLED, False), "garbage": (GARBAGE, False)}
 
 
-def _tpu_interpreted(closed: Any, target: Any, axes: list[Any], check: bool) -> dict[str, Any]:
+def _tpu_interpreted(closed: Any, target: Any, seed: int, check: bool) -> dict[str, Any]:
     """``closed`` rewritten for the TPU interpreter: the runs of :data:`CHECKS` and, for a program without a CPU form
     (``check`` False: the TPU interpreter runs every case), ``cases`` too: NaN, "parallel" axes shuffled (stop 33: a
     program the HLO interpreter cannot run, from one ``prng_seed``, once had only NaN runs, so none of the fill runs'
-    checks applied to it). ``axes``: the kernels' parallel axes (the ``parallel_axes`` fact), for
-    :func:`mk.harness.program.shuffling_seed`."""
+    checks applied to it). ``seed``: the interpreter's ``random_seed``, the judge's choice from the kernels' parallel
+    axes (:func:`mk.harness.program.check_seed`), sent with each run."""
     from mk.harness import program
 
-    seed = program.shuffling_seed([tuple(a) for a in axes])[0]
     runs = {name: program.with_interpret(closed, target.interpret_params(seed=seed, poison=poison), in_order=in_order)
             for name, (poison, in_order) in CHECKS.items()}
     if not check:
         runs["cases"] = program.with_interpret(closed, target.interpret_params(seed=seed, poison="nan"))
     return runs
+
+
+class _Interpreted:
+    """One trace's TPU-interpreter runs, built (and jitted) when the judge first asks for one, with the seed it sends."""
+
+    def __init__(self, closed: Any, target: Any, check: bool, as_fun: Any) -> None:
+        self.closed, self.target, self.check, self.as_fun = closed, target, check, as_fun
+        self.built: dict[int, dict[str, Any]] = {}
+
+    def runs(self, seed: int) -> dict[str, Any]:
+        if seed not in self.built:
+            runs = _tpu_interpreted(self.closed, self.target, seed, self.check)
+            self.built[seed] = {k: self.as_fun(c) for k, c in runs.items()}
+        return self.built[seed]
 
 
 def _facts(closed: Any, target: Any) -> dict[str, Any]:
@@ -350,8 +363,7 @@ def _programs(workdir: Path, scale: str, fn: Any, structs: list[Any], target: An
         exported = export.export(as_fun(closed), platforms=[target.platform], disabled_checks=checks)(*structs)
         (workdir / target_file).write_bytes(exported.serialize())
     if not compile_only and (cpu_file is None or (target.interpreter == "tpu" and facts["kernels"])):  # the TPU interpreter: fallback, cross-check
-        runs = _tpu_interpreted(closed, target, facts["parallel_axes"], check=cpu_file is not None)
-        _state.setdefault("fallback", {})[scale] = ({k: as_fun(c) for k, c in runs.items()}, out_tree)
+        _state.setdefault("fallback", {})[scale] = (_Interpreted(closed, target, cpu_file is not None, as_fun), out_tree)
     return {**facts, "target_file": target_file, "cpu_file": cpu_file, "cpu_error": cpu_error}
 
 
@@ -405,8 +417,8 @@ def _backward_programs(workdir: Path, s: dict[str, Any], static: list[Any], stru
     except Exception as exc:  # noqa: BLE001
         out["cpu_file"], out["cpu_error"] = None, f"{type(exc).__name__}: {_first_line(exc)}"
     if target.interpreter == "tpu" and out["kernels"]:  # the TPU interpreter's race check, as for the forward
-        runs = _tpu_interpreted(closed, target, out["parallel_axes"], check=out["cpu_file"] is not None)
-        _state.setdefault("fallback_bwd", {})[name] = {k: jax.jit(flat(c)) for k, c in runs.items()}
+        _state.setdefault("fallback_bwd", {})[name] = _Interpreted(closed, target, out["cpu_file"] is not None,
+                                                                   lambda c: jax.jit(flat(c)))
     if target.host:
         out["target_file"] = out["cpu_file"]
     else:
@@ -429,10 +441,11 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     from mk.harness.arrays import load_arrays, save_arrays
 
     target = _state["target"]
+    seed = int(request["seed"])  # the judge's choice (mk.harness.program.check_seed)
     if request.get("part") == "bwd":
-        runs = _state["fallback_bwd"][request["scale"]]
+        runs = _state["fallback_bwd"][request["scale"]].runs(seed)
     else:
-        runs, _ = _state["fallback"][request["scale"]]
+        runs = _state["fallback"][request["scale"]][0].runs(seed)
     fn = runs.get(request.get("run", "cases")) or runs["cases"]  # a check of a program with no CPU form: its cases' run
     folder = _state["workdir"] / request["dir"]
     inputs = load_arrays(folder, "in")
