@@ -1,0 +1,38 @@
+"""evals/user_functions.py: rows from parallel runs merge under a lock, the table counts each target's correct
+kernels against the goal, and a function with no kernel gets one line."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from evals import user_functions as uf
+from tests.user_functions.heldout import FUNCTIONS
+
+
+def test_the_held_out_set_is_what_the_eval_runs():
+    assert len(FUNCTIONS) >= 20 and len({f.name for f in FUNCTIONS}) == len(FUNCTIONS)
+    assert [f.name for f in uf._functions()] == [f.name for f in FUNCTIONS]
+
+
+def test_parallel_runs_merge_and_the_table_counts_each_target(tmp_path):
+    path = tmp_path / "user_functions.json"
+    run = {"date": "d", "commit": "c", "command": "x", "targets": ["tpu"], "functions": 2, "seconds": 1.0}
+    uf._merge(path, [{"function": "a", "target": "tpu", "status": "correct", "family": "rowwise-tpu", "why": "",
+                      "seconds": 3.0}], [run])
+    held = uf._merge(path, [{"function": "b", "target": "gpu", "status": "no_correct_candidate", "family": "",
+                             "why": "nothing proposed; attention: no softmax", "seconds": 1.0}], [dict(run, targets=["gpu"])])
+    held = uf._merge(path, [{"function": "a", "target": "tpu", "status": "incorrect", "family": "", "why": "case 1",
+                             "seconds": 2.0}], [run])  # a later run of the same function replaces its row
+    text = uf.render(held, ["a", "b"])
+    assert "**tpu**: 0 of 1" in text and "**gpu**: 0 of 1" in text and "goal is 80%" in text
+    assert "- a (tpu): case 1" in text and "- b (gpu): nothing proposed; attention: no softmax" in text
+    assert len(held["runs"]) == 3 and len(held["rows"]) == 2
+
+
+def test_why_is_one_line_naming_what_was_tried_or_the_nearest_families():
+    tried = SimpleNamespace(iterations=[{"proposal": "flash", "status": "incorrect", "reason": "case 6\n  off by 2"}],
+                            declined={}, stop_reason="")
+    assert uf._why(tried) == "flash: incorrect: case 6 off by 2"
+    none = SimpleNamespace(iterations=[], declined={"attention": "no   softmax\n over keys", "conv": "no conv"},
+                           stop_reason="no rule applies")
+    assert uf._why(none) == "nothing proposed; attention: no softmax over keys"
