@@ -184,9 +184,10 @@ def device_trace(task: Task, candidate: Any, target: str, *, scale: str | None =
         (work / "spec.json").write_text(json.dumps(spec))
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                                                              "TPU_VISIBLE_CHIPS", "XLA_FLAGS", "PYTHONPATH")}
-        from mk.targets import get_target
+        from mk.targets import child_env, get_target
 
-        env.update(HOME=str(work), TMPDIR=str(work), **({"JAX_PLATFORMS": "cpu"} if get_target(target).host else {}))
+        env.update(HOME=str(work), TMPDIR=str(work), **({"JAX_PLATFORMS": "cpu"} if get_target(target).host else {}),
+                   **{k: v for k, v in child_env(target).items() if k != "MK_TARGET"})  # a registered target's definition
         proc = subprocess.run([sys.executable, "-m", "mk.profile", str(work)], cwd=work, env=env, capture_output=True,
                               text=True, timeout=timeout_s)
         if proc.returncode != 0:

@@ -299,7 +299,12 @@ _TARGETS: dict[str, Target] = {}
 
 
 def register_target(target: Target) -> Target:
-    """Add ``target`` to the registry (by its name; registering a name again replaces it)."""
+    """Add ``target`` to the registry (by its name; registering a name again replaces it, except a built-in one: the
+    judge's processes know those by name, so another definition under that name would not reach them)."""
+    builtin = globals().get("_BUILTIN", {}).get(target.name)
+    if builtin is not None and builtin != target:
+        raise TargetError(f"target {target.name!r} is built in and cannot be redefined",
+                          hint="register the new definition under another name")
     _TARGETS[target.name] = target
     return target
 
@@ -390,6 +395,8 @@ def get_target(name: Any) -> Target:
         return _TARGETS[name]
     except (KeyError, TypeError):
         told = os.environ.get(DEFINITION_ENV)
-        if told and isinstance(name, str) and json.loads(told).get("name") == name:  # a judge's process, told by its parent
-            return register_target(from_definition(told))
+        if told and isinstance(name, str):  # a judge's process, told of a registered target by its parent
+            found = from_definition(told)
+            if found.name == name:
+                return register_target(found)
         raise TargetError(f"unknown target {name!r}", hint=f"use one of: {', '.join(_TARGETS)}") from None

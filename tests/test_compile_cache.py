@@ -42,10 +42,10 @@ def test_a_compiled_program_comes_back_from_disk_without_a_worker(tmp_path, monk
 
 
 def test_the_key_holds_what_decides_the_answer():
-    base = dict(program_sha="ab" * 32, chip="v6e", limits={"vmem": 1}, no_spills=False, estimate=False, versions="libtpu 1")
+    base = dict(program_sha="ab" * 32, chip="v6e", chip_facts={"vmem": 1}, no_spills=False, estimate=False, versions="libtpu 1")
     k = compile_cache.key(**base)
     assert k == compile_cache.key(**base)
-    for field, other in [("program_sha", "cd" * 32), ("chip", "v5e"), ("limits", {"vmem": 2}), ("no_spills", True),
+    for field, other in [("program_sha", "cd" * 32), ("chip", "v5e"), ("chip_facts", {"vmem": 2}), ("no_spills", True),
                          ("estimate", True), ("versions", "libtpu 2")]:
         assert compile_cache.key(**{**base, field: other}) != k, field
 
@@ -62,3 +62,20 @@ def test_off_keeps_nothing_and_a_torn_entry_is_compiled_again(tmp_path, monkeypa
     monkeypatch.delenv(compile_cache.ENV_VAR)
     monkeypatch.setenv("MK_HOME", str(tmp_path / "home"))
     assert compile_cache.folder() == tmp_path / "home" / "cache" / "compile"
+
+
+def test_only_the_compilers_own_answers_are_kept():
+    assert compile_cache.keepable(True, "")
+    assert compile_cache.keepable(True, "Mosaic failed to compile TPU kernel: Used 18M of 16M vmem")
+    assert not compile_cache.keepable(False, "")  # a reply without "ok": a failure around the compile
+    for text in ("MemoryError", "RESOURCE_EXHAUSTED: out of memory", "mmap error: 12"):
+        assert not compile_cache.keepable(True, text)
+
+
+def test_the_judges_seed_search_is_bounded_by_what_it_reads():
+    from mk.harness import program
+
+    huge = program.check_seed([[2**34], [3, 2**40]])  # sizes a lying tracer could report: no 2**34-long draw
+    assert isinstance(huge, int)
+    assert program.check_seed([["x", True, -5]]) == program.check_seed([[0, 0, 0]])
+    assert program.check_seed([[4, 2]]) == program.shuffling_seed([(4, 2)])[0]

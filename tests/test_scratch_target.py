@@ -117,3 +117,15 @@ def test_the_judge_judges_a_registered_target_as_its_language(scratch, new):
     assert result.status == "correct", result.reason
     assert result.target == new
     assert get_target(new).default_chip in result.compile_check, result.compile_check
+
+
+def test_a_built_in_target_is_not_redefined_and_a_bad_definition_is_typed(scratch, monkeypatch):
+    from mk.errors import TargetError
+    from mk.targets import DEFINITION_ENV
+
+    with pytest.raises(TargetError, match="built in and cannot be redefined"):
+        register_target(dataclasses.replace(get_target("tpu"), kernel_calls=frozenset({"other"})))
+    register_target(get_target("tpu"))  # the same definition again is no redefinition
+    monkeypatch.setenv(DEFINITION_ENV, "{not json")
+    with pytest.raises(TargetError, match="does not define a target"):
+        get_target("nosuch")

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 #: seconds one chip compile may take (a conv kernel's H100 compile was seen running past 5 minutes)
 COMPILE_S = 300.0
-_cache: dict[tuple[str, str, bool], tuple[CompileResult, str]] = {}
+_cache: dict[tuple[str, str, bool, bool], tuple[CompileResult, str]] = {}
 _cache_lock = threading.Lock()
 _versions: dict[str, str] = {}
 
@@ -106,6 +106,8 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
             cached, full_error = _cache.get(key, (None, ""))
         if cached is None:  # compiled before, by this or another process (mk/harness/compile_cache.py)
             cached, full_error = _stored(chip, key)
+            if cached is not None and cached.seconds > deadline_s:  # it took longer than this caller allows
+                cached, full_error = None, ""
         if cached is None:
             worker = pool.compiler(chip.kind, memory_mb, estimate)
             version = _versions.get(chip.kind)
@@ -134,7 +136,8 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
             if reply.get("missing"):
                 raise RuntimeError(f"the compile worker found no compiler: {reply['missing']}")
             cached, full_error = _result(chip, scale, reply, version), str(reply.get("error", ""))[:8000]
-            compile_cache.store(_disk_key(chip, key), cached.model_dump(), full_error)
+            if compile_cache.keepable("ok" in reply, full_error):
+                compile_cache.store(_disk_key(chip, key), cached.model_dump(), full_error)
         with _cache_lock:
             _cache[key] = (cached, full_error)
         result = cached.model_copy(update={"scale": scale, "judged": scale in judged})
@@ -162,11 +165,14 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
 def _disk_key(chip: Chip, key: tuple[str, str, bool, bool]) -> str:
     from mk.harness.compiler import versions
 
+    from importlib import metadata
+
     version = _versions.get(f"local:{chip.kind}")
     if version is None:
-        version = _versions[f"local:{chip.kind}"] = versions(chip.kind)
+        version = _versions[f"local:{chip.kind}"] = f"{versions(chip.kind)}, jax {metadata.version('jax')}"
     sha, _, no_spills, estimate = key
-    return compile_cache.key(sha, chip.name, chip.limits(), no_spills, estimate, version)
+    facts = {"limits": chip.limits(), "compile": chip.spec.compile, "spec": chip.spec.model_dump()}
+    return compile_cache.key(sha, chip.name, facts, no_spills, estimate, version)
 
 
 def _stored(chip: Chip, key: tuple[str, str, bool, bool]) -> tuple[CompileResult | None, str]:

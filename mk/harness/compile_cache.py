@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -44,13 +45,54 @@ def folder() -> Path | None:
     return Path(home).expanduser() / "cache" / "compile"
 
 
-def key(program_sha: str, chip: str, limits: Any, no_spills: bool, estimate: bool, versions: str) -> str:
-    """The entry's name: a digest of everything that decides the compiler's answer."""
+#: mk's own code that runs the compile and reads its answer (a fix there must not be hidden by an old entry)
+_CODE = ("harness/compiler.py", "harness/chipcheck.py", "harness/mosaic_traffic.py", "harness/results.py", "chips.py",
+         "hardware.py", "harness/compile_cache.py")
+#: the environment the compile worker inherits that changes what the compilers do
+_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_ENABLE_X64", "TPU_ACCELERATOR_TYPE")
+#: a refusal that says the worker ran out of something, not that the compiler refuses the program: never kept
+RESOURCE = re.compile(r"MemoryError|RESOURCE_EXHAUSTED|out of memory|Cannot allocate memory|mmap error|std::bad_alloc",
+                      re.IGNORECASE)
+
+
+def _code_digest() -> str:
+    import mk
+
+    root = Path(mk.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for rel in _CODE:
+        try:
+            digest.update((root / rel).read_bytes())
+        except OSError:
+            digest.update(rel.encode())
+    return digest.hexdigest()
+
+
+def key(program_sha: str, chip: str, chip_facts: Any, no_spills: bool, estimate: bool, versions: str) -> str:
+    """The entry's name: a digest of everything that decides the compiler's answer: the program, the chip and every
+    fact of it the compile reads (``chip_facts``: its limits and its ``compile`` entry), the options, the compilers'
+    versions, the worker's inherited environment, and mk's own compile code."""
     from mk import __version__
 
-    parts = {"program": program_sha, "chip": chip, "limits": limits, "no_spills": no_spills, "estimate": estimate,
-             "compilers": versions, "mk": __version__, "format": FORMAT}
+    parts = {"program": program_sha, "chip": chip, "chip_facts": chip_facts, "no_spills": no_spills,
+             "estimate": estimate, "compilers": versions, "mk": __version__, "code": _code(), "format": FORMAT,
+             "env": {k: os.environ.get(k, "") for k in _ENV}}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_code_cache: list[str] = []
+
+
+def _code() -> str:
+    if not _code_cache:
+        _code_cache.append(_code_digest())
+    return _code_cache[0]
+
+
+def keepable(reply_has_ok: bool, error: str) -> bool:
+    """Whether a finished compile's result may be kept: the worker said ok or not ok itself (not a failure around
+    the compile), and a refusal is not the worker running out of memory (which a larger limit would not repeat)."""
+    return reply_has_ok and not RESOURCE.search(error or "")
 
 
 def load(name: str) -> tuple[dict[str, Any], str] | None:

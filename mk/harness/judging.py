@@ -192,6 +192,8 @@ def ask_outputs(run: _Run, who: Child, folder: Path, request: dict[str, Any], li
     """Ask the runner (or the tracer's TPU interpreter) to run one case whose inputs are in ``folder``: its outputs
     and the seconds it reports; an error, a race, an interpreter limit or a swapped folder ends in the judge's verdict."""
     reply = who.ask(request, limit, what)
+    if reply.get("rejected"):  # the tracer's tripwires: the candidate patched it after the trace
+        raise _Verdict("rejected", f"{what}: {reply['rejected']}")
     if not reply.get("ok"):
         text = _last_line(str(reply.get("error", "")))
         if _oom(text):

@@ -154,6 +154,13 @@ def parallel_axes(jaxpr: Any) -> list[tuple[int, ...]]:
     return found
 
 
+#: the largest parallel axis whose order :func:`shuffling_seed` draws (the judge's process does the search: its work
+#: must not grow with a size the tracer reports)
+SHUFFLE_DRAWN = 1024
+#: at most this many kernels and axes per kernel are read from the ``parallel_axes`` fact
+_AXES_READ = (64, 8)
+
+
 def shuffling_seed(axes: Sequence[tuple[int, ...]], tries: int = 512) -> tuple[int, int]:
     """A seed for the TPU interpreter's ``random_seed`` under which as many ``"parallel"`` axes (of size >= 2) as
     possible are visited neither first at index 0 nor last at their last index, so that a kernel that carries state
@@ -173,12 +180,14 @@ def shuffling_seed(axes: Sequence[tuple[int, ...]], tries: int = 512) -> tuple[i
         def draw(seed: Any, sizes: tuple[int, ...] = sizes) -> list[Any]:
             key, perms = jax.random.key(seed), []
             for n in sizes:
-                key, sub = jax.random.split(key)
-                perms.append(jax.random.permutation(sub, jnp.arange(max(n, 1), dtype=jnp.int32)))
+                key, sub = jax.random.split(key)  # the interpreter's key chain, whatever the axis' size
+                perms.append(jax.random.permutation(sub, jnp.arange(max(min(n, SHUFFLE_DRAWN), 1), dtype=jnp.int32)))
             return perms
 
         for n, perm in zip(sizes, jax.vmap(draw)(seeds)):
-            if n >= 2:
+            if n > SHUFFLE_DRAWN:  # moved under almost any seed (a chance of 2/n not to be): not drawn here
+                moved += 1
+            elif n >= 2:
                 perm = np.asarray(perm)
                 moved += (perm[:, 0] != 0) & (perm[:, -1] != n - 1)
     best = int(np.argmax(moved))  # the first seed that moves the most axes
@@ -194,7 +203,13 @@ def check_seed(axes: Sequence[Sequence[int]]) -> int:
     """The TPU interpreter's ``random_seed`` for the check runs of a program whose kernels declare ``axes`` (the
     ``parallel_axes`` fact): :func:`shuffling_seed`, chosen by the judge's own process and remembered per axes (the
     search costs about a second of JAX's eager dispatch, and the same grids come back candidate after candidate)."""
-    return _seed_for(tuple(tuple(int(n) for n in sizes) for sizes in axes))
+    kernels, per_kernel = _AXES_READ
+    read = []
+    for sizes in list(axes or [])[:kernels]:  # a fact from the tracer: bounded and made of non-negative ints
+        if isinstance(sizes, (list, tuple)):
+            read.append(tuple(max(0, int(n)) if isinstance(n, int) and not isinstance(n, bool) else 0
+                              for n in list(sizes)[:per_kernel]))
+    return _seed_for(tuple(read))
 
 
 def _in_order(compiler_params: Any) -> Any:

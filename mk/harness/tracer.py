@@ -53,8 +53,12 @@ def _setup() -> None:
 
     from mk.harness import arrays, dma_order, lowerings, poison, policy, program, races  # noqa: F401  (before the policy closes the file system)
 
-    trusted = [(program, "with_interpret"), (program, "pallas_eqns"), (program, "walk"), (export, "export"),
-               (sys.modules[__name__], "_programs")]
+    from mk.targets import Target
+
+    me = sys.modules[__name__]
+    trusted = [(program, "with_interpret"), (program, "pallas_eqns"), (program, "walk"), (program, "_in_order"),
+               (program, "_with_vmapped_semantics"), (export, "export"), (me, "_programs"), (me, "_tpu_interpreted"),
+               (me, "run"), (Target, "interpret_params")]
     if os.environ.get("MK_TARGET") and get_target(os.environ["MK_TARGET"]).kernel_language == "mosaic":  # 0.2 s: only if needed
         import jax.experimental.pallas.tpu  # noqa: F401
         from jax._src.pallas.mosaic.interpret import interpret_pallas_call
@@ -442,10 +446,13 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
     target = _state["target"]
     seed = int(request["seed"])  # the judge's choice (mk.harness.program.check_seed)
-    if request.get("part") == "bwd":
-        runs = _state["fallback_bwd"][request["scale"]].runs(seed)
-    else:
-        runs = _state["fallback"][request["scale"]][0].runs(seed)
+    interpreted = _state["fallback_bwd"][request["scale"]] if request.get("part") == "bwd" else \
+        _state["fallback"][request["scale"]][0]
+    if seed not in interpreted.built:  # the runs are built now, after the candidate's code ran: the tripwires first
+        tampered = _tampered()
+        if tampered:
+            return tampered
+    runs = interpreted.runs(seed)
     fn = runs.get(request.get("run", "cases")) or runs["cases"]  # a check of a program with no CPU form: its cases' run
     folder = _state["workdir"] / request["dir"]
     inputs = load_arrays(folder, "in")
