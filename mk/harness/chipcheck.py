@@ -104,8 +104,9 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
         key = (hashlib.sha256(blob).hexdigest(), chip.name, no_spills, estimate)
         with _cache_lock:
             cached, full_error = _cache.get(key, (None, ""))
+        disk_key = _disk_key(chip, key) if cached is None else ""
         if cached is None:  # compiled before, by this or another process (mk/harness/compile_cache.py)
-            cached, full_error = _stored(chip, key)
+            cached, full_error = _stored(disk_key)
             if cached is not None and cached.seconds > deadline_s:  # it took longer than this caller allows
                 cached, full_error = None, ""
         if cached is None:
@@ -137,7 +138,7 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
                 raise RuntimeError(f"the compile worker found no compiler: {reply['missing']}")
             cached, full_error = _result(chip, scale, reply, version), str(reply.get("error", ""))[:8000]
             if compile_cache.keepable("ok" in reply, full_error):
-                compile_cache.store(_disk_key(chip, key), cached.model_dump(), full_error)
+                compile_cache.store(disk_key, cached.model_dump(), full_error)
         with _cache_lock:
             _cache[key] = (cached, full_error)
         result = cached.model_copy(update={"scale": scale, "judged": scale in judged})
@@ -163,21 +164,21 @@ def compile_scales(chip: Chip, programs: dict[str, bytes], judged: set[str], *, 
 
 
 def _disk_key(chip: Chip, key: tuple[str, str, bool, bool]) -> str:
-    from mk.harness.compiler import versions
-
     from importlib import metadata
+
+    from mk.harness.compiler import versions
 
     version = _versions.get(f"local:{chip.kind}")
     if version is None:
         version = _versions[f"local:{chip.kind}"] = f"{versions(chip.kind)}, jax {metadata.version('jax')}"
     sha, _, no_spills, estimate = key
-    facts = {"limits": chip.limits(), "compile": chip.spec.compile, "spec": chip.spec.model_dump()}
-    return compile_cache.key(sha, chip.name, facts, no_spills, estimate, version)
+    # the chip's whole spec: its limits and its compile entry are read from it
+    return compile_cache.key(sha, chip.name, chip.spec.model_dump(), no_spills, estimate, version)
 
 
-def _stored(chip: Chip, key: tuple[str, str, bool, bool]) -> tuple[CompileResult | None, str]:
-    """A result the disk cache holds for this program, chip and options (its scale set by the caller)."""
-    found = compile_cache.load(_disk_key(chip, key))
+def _stored(disk_key: str) -> tuple[CompileResult | None, str]:
+    """A result the disk cache holds under ``disk_key`` (:func:`_disk_key`; its scale set by the caller)."""
+    found = compile_cache.load(disk_key)
     if found is None:
         return None, ""
     try:

@@ -18,6 +18,7 @@ reply, and a candidate never runs in that process nor can write there (its trace
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -55,7 +56,9 @@ RESOURCE = re.compile(r"MemoryError|RESOURCE_EXHAUSTED|out of memory|Cannot allo
                       re.IGNORECASE)
 
 
-def _code_digest() -> str:
+@functools.lru_cache(maxsize=1)
+def _code() -> str:
+    """A digest of :data:`_CODE`, read once per process."""
     import mk
 
     root = Path(mk.__file__).resolve().parent
@@ -79,14 +82,6 @@ def key(program_sha: str, chip: str, chip_facts: Any, no_spills: bool, estimate:
              "env": {k: os.environ.get(k, "") for k in _ENV}}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
-
-_code_cache: list[str] = []
-
-
-def _code() -> str:
-    if not _code_cache:
-        _code_cache.append(_code_digest())
-    return _code_cache[0]
 
 
 def keepable(reply_has_ok: bool, error: str) -> bool:
