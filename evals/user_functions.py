@@ -8,7 +8,10 @@ target. A row records the verdict of the kept kernel (``correct`` or why none wa
 author declined, each with its own reason. Nothing here is timed on a device: ``seconds`` is the wall time of the
 whole ``mk.optimize`` call on this machine (interpret mode and the chip's compiler without the chip).
 
-    python -m evals.user_functions [--targets tpu,gpu] [--only NAME,NAME] [--out DIR]
+    python -m evals.user_functions [--set 1|2] [--targets tpu,gpu] [--only NAME,NAME] [--out DIR] [--note TEXT]
+
+``--set 2`` is the second held-out set (``tests/user_functions/heldout2.py``, written after the first set's results
+were known, before any change measured on it), recorded in ``user_functions_2.{json,md}``.
 
 Runs in parallel (one process per target, say) merge their rows into the same ``user_functions.json`` under a
 file lock; ``user_functions.md`` is rewritten from every row held, each target with the command and date of its
@@ -37,11 +40,16 @@ RESULTS = ROOT / "evals" / "results"
 GOAL = 0.8
 
 
-def _functions() -> list[Any]:
-    sys.path.insert(0, str(ROOT))
-    from tests.user_functions.heldout import FUNCTIONS
+#: set -> (module of its functions, the stem of its result files)
+SETS = {"1": ("tests.user_functions.heldout", "user_functions"),
+        "2": ("tests.user_functions.heldout2", "user_functions_2")}
 
-    return list(FUNCTIONS)
+
+def _functions(which: str = "1") -> list[Any]:
+    import importlib
+
+    sys.path.insert(0, str(ROOT))
+    return list(importlib.import_module(SETS[which][0]).FUNCTIONS)
 
 
 #: the families a model block is most likely one of: where nothing was proposed, the line gives their reasons
@@ -103,14 +111,15 @@ def _merge(path: Path, rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -
     return held
 
 
-def render(held: dict[str, Any], names: list[str]) -> str:
+def render(held: dict[str, Any], names: list[str], which: str = "1") -> str:
     targets = sorted({r["target"] for r in held["rows"]})
     by = {(r["function"], r["target"]): r for r in held["rows"]}
-    lines = ["# Held-out user functions: the offline author, through `mk.optimize` (issue 25 item 4)", "",
+    module = SETS[which][0].replace(".", "/") + ".py"
+    lines = [f"# Held-out user functions, set {which}: the offline author, through `mk.optimize` (issue 25 item 4)", "",
              "Measured on this project's 2-core machine with no accelerator: each verdict is the judge's, in interpret "
              "mode with the chip's compiler run without the chip (nothing timed on a device; `s` is the wall time of the "
-             "whole call here). The functions (`tests/user_functions/heldout.py`) were written before any measurement "
-             "by a helper who had not read the author's code; the author is never tuned on them.", ""]
+             f"whole call here). The functions (`{module}`) were written before any measurement "
+             "on them by a helper who had not read the author's code; the author is never tuned on them.", ""]
     for t in targets:
         got = [by[(n, t)] for n in names if (n, t) in by]
         ok = sum(r["status"] == "correct" for r in got)
@@ -156,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default="tpu,gpu")
     ap.add_argument("--only", default="", help="comma-separated function names (default: all)")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--set", default="1", choices=sorted(SETS), help="which held-out set (default 1)")
+    ap.add_argument("--note", default="", help="what this run measures, recorded with it")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    functions = _functions()
+    functions = _functions(args.set)
     names = [f.name for f in functions]
     only = [n for n in args.only.split(",") if n]
     unknown = sorted(set(only) - set(names))
@@ -179,9 +190,12 @@ def main(argv: list[str] | None = None) -> int:
            "command": "python -m evals.user_functions " + shlex.join(argv if argv is not None else sys.argv[1:]),
            "targets": targets, "functions": len(chosen), "seconds": round(time.perf_counter() - started, 1),
            "correct": {t: sum(r["status"] == "correct" for r in rows if r["target"] == t) for t in targets}}
+    if args.note:
+        run["note"] = args.note
     out = Path(args.out)
-    held = _merge(out / "user_functions.json", rows, [run])
-    (out / "user_functions.md").write_text(render(held, names))
+    stem = SETS[args.set][1]
+    held = _merge(out / f"{stem}.json", rows, [run])
+    (out / f"{stem}.md").write_text(render(held, names, args.set))
     return 0
 
 

@@ -37,7 +37,8 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 #: runs between changes is ``-m "not slow"``; CI runs everything.
 MECHANISM = {
     "kernels": ("kernels/", "test_upstream_kernels.py", "test_rowwise_variants.py", "test_variants.py",
-                "test_attention_template.py", "test_cross_entropy_template.py", "test_written_general.py"),
+                "test_attention_template.py", "test_cross_entropy_template.py", "test_written_general.py",
+                "test_score_mod.py"),
     "judge": ("test_adversarial.py", "test_structured_inputs.py", "test_r5_envelope.py", "test_r5_f32_rule.py",
               "test_gradient_rule.py", "test_harness_pipeline.py", "test_chip_compile.py", "test_heldout.py",
               "test_isolation.py", "test_policy.py", "test_static.py", "test_compare_fair.py", "test_compare_rejects.py",

@@ -40,8 +40,10 @@ TEMPLATES = (
      attention),
     ("flex_attention", "attention with an additive score bias from an input (FlexAttention score_mod), causal or not, "
      "the bias streamed block by block; kernels from mk/kernels/flash_attention", flex),
-    ("mla", "attention on computed q/k/v (multi-head latent attention, fused QKV projections): the core as flash "
-     "attention, every x @ w projection a Pallas matmul (mk/kernels/gmm, one group), RoPE and reshapes in plain JAX", mla),
+    ("mla", "attention on computed q/k/v (multi-head latent attention, fused QKV projections, RoPE, heads split from "
+     "(B, S, D), a pre-scaled q) or with scores the reference modifies (boolean or additive masks, soft caps, sliding "
+     "windows: its own ops applied to each score tile, mask inputs streamed block by block): the core as flash "
+     "attention, every x @ w projection a Pallas matmul (mk/kernels/gmm, one group), the rest in plain JAX", mla),
     ("cross_entropy", "fused LM-head cross-entropy: the vocabulary matmul with an online log-sum-exp over vocabulary "
      "blocks and the label pick, logits never written to memory (TPU, and GPU Triton), with a backward kernel; kernels "
      "from mk/kernels/cross_entropy", cross_entropy),

@@ -125,6 +125,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     prog = from_jaxpr(t0.jaxpr)
     pat = attention.recognise(prog)
     arg, steps = find_bias(prog, pat)
+    dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
+    attention.plain_ops(prog, dots[0], dots[1], frozenset({"add", "add_any"}))
     for t in traced[1:]:
         other_prog = from_jaxpr(t.jaxpr)
         other = attention.recognise(other_prog)

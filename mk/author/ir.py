@@ -148,6 +148,9 @@ def _flatten(jaxpr: Any, env: dict[Any, Val], ops: list[Op]) -> None:
             for outer, v in zip(eqn.outvars, inner.outvars):
                 env[outer] = _read(env, v)
             continue
+        if name == "split":  # one slice per piece: the recognisers and the writers know slices
+            _split(eqn, ins[0], env, ops)
+            continue
         if len(eqn.outvars) != 1:
             raise Unsupported(f"primitive {name!r} with several outputs")
         o = eqn.outvars[0]
@@ -279,3 +282,19 @@ def xla_precision(prec: Any, f32: bool = False) -> str:
     if isinstance(prec, tuple):
         return "(" + ", ".join(f"lax.Precision.{getattr(x, 'name', 'DEFAULT')}" for x in prec) + ")"
     return f"lax.Precision.{getattr(prec, 'name', 'DEFAULT')}"
+
+
+def _split(eqn: Any, x: Val, env: dict[Any, Val], ops: list[Op]) -> None:
+    """``split`` (``jnp.split``, ``rotate_half``'s halves) as one ``slice`` per piece along its axis."""
+    from jax import lax
+
+    axis, start = int(eqn.params["axis"]), 0
+    for o, size in zip(eqn.outvars, eqn.params["sizes"]):
+        starts = tuple(start if a == axis else 0 for a in range(len(x.shape)))
+        limits = tuple(start + int(size) if a == axis else n for a, n in enumerate(x.shape))
+        out = Val(tuple(o.aval.shape), np.dtype(o.aval.dtype))
+        ops.append(Op("slice", [x], {"start_indices": starts, "limit_indices": limits, "strides": None}, out,
+                      lax.slice_p))
+        env[o] = out
+        start += int(size)
+

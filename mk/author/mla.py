@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from mk.author import attention
+from mk.author import attention, flex, score_mod
 from mk.author.emit import family_section, file_head, language_stem, Unsupported
 from mk.author import ir
 from mk.author.emit import dtype_expr
@@ -131,14 +131,13 @@ class Core:
             elif op.prim == "div" and len(consts) == 1 and op.ins[1] is consts[0]:
                 self.scale /= float(consts[0].const)
             cur.add(id(op.out))
-        # split: ops before the core (and ones inside it that only feed what comes after), the core, the rest
-        inputs = {id(a) for a in prog.args}
+        self.mod = score_mod.find(prog, self.i1, self.i2)
+        # split: ops before the core (and ones inside it that do not read the scores: masks, biases, what only the
+        # suffix reads), the core, the rest
         memo_s: dict[int, bool] = {}
-        memo_i: dict[int, bool] = {}
         self.prefix, core = [], set()
         for k, op in enumerate(prog.ops):
-            if k < self.i1 or (k < self.i2 and not _derives(op.out, {id(d1.out)}, prod, memo_s)
-                               and _derives(op.out, inputs, prod, memo_i)):
+            if k < self.i1 or (k < self.i2 and not _derives(op.out, {id(d1.out)}, prod, memo_s)):
                 self.prefix.append(op)
             elif k <= self.i2:
                 core.add(id(op.out))
@@ -160,13 +159,14 @@ class Core:
             for x in (self.q, self.k, self.v):
                 attention._back(x, prod)
         except Unsupported:
-            pass
+            self.plain_inputs = False
         else:
-            raise Unsupported("q, k and v are inputs: plain attention (the attention template's)")
+            self.plain_inputs = True
+        self.plain_scores = self.mod.plain({id(a) for a in prog.args}, prod)
 
     def key(self) -> tuple:
         return (self.q_layout, self.k_layout, self.v_layout, self.out_perm, [op.prim for op in self.prefix],
-                [op.prim for op in self.suffix])
+                [op.prim for op in self.suffix], self.mod.key())
 
 
 def _is_matmul(op: Op) -> bool:
@@ -240,32 +240,57 @@ def _layout(name: str, layout: tuple[int, ...]) -> str:
     return name if layout == (0, 1, 2, 3) else f"jnp.transpose({name}, {layout!r})"
 
 
-def _body(task: Task, cores: list[Core], probes, names: list[str], fn: str, scale_expr: str, config_call: str
-          ) -> list[str]:
-    """The kernel function's body: the prefix, the core through ``fn``, the suffix."""
-    pre = [Program(c.prog.args, c.prefix, [c.q, c.k, c.v, *c.carried]) for c in cores]
-    lines1, outs1 = render(pre, probes, names)
-    qb, kb, vb, *carried = outs1
+def _live(prog: Program) -> Program:
+    """``prog`` without the ops its outputs do not need (the prefix also holds masks the kernel makes itself)."""
+    need, keep = {id(o) for o in prog.outs}, []
+    for op in reversed(prog.ops):
+        if id(op.out) in need:
+            keep.append(op)
+            need.update(id(x) for x in op.ins)
+    return Program(prog.args, keep[::-1], prog.outs)
+
+
+def _body(task: Task, cores: list[Core], probes, names: list[str], fn: str, scale_expr: str, config_call: str,
+          modded: bool) -> list[str]:
+    """The kernel function's body: the prefix, the core through ``fn``, the suffix. ``modded``: the scores go
+    through the reference's own modification (:mod:`mk.author.score_mod`) instead of the kernel's scale and causal
+    flag."""
     c0 = cores[0]
-    ext = names + ["attn"] + carried
+    n_sides = len(c0.mod.sides) if modded else 0
+    pre = [_live(Program(c.prog.args, c.prefix, [c.q, c.k, c.v, *c.carried, *(c.mod.bases if modded else [])]))
+           for c in cores]
+    lines1, outs1 = render(pre, probes, names)
+    qb, kb, vb = outs1[:3]
+    carried = outs1[3:len(outs1) - n_sides]
+    bases = outs1[len(outs1) - n_sides:]
+    ext = names + ["_attn"] + carried
     for c in cores:  # the suffix reads the attention output and the carried values as its inputs
         c.out.arg = len(names)
         for j, x in enumerate(c.carried):
             x.arg = len(names) + 1 + j
     post = [Program(c.prog.args + [c.out, *c.carried], c.suffix, c.prog.outs) for c in cores]
-    lines2, outs2 = render(post, probes, ext)
-    for c in cores:
-        c.out.arg = None
-        for x in c.carried:
-            x.arg = None
+    try:
+        lines2, outs2 = render(post, probes, ext)
+    finally:
+        for c in cores:
+            c.out.arg = None
+            for x in c.carried:
+                x.arg = None
     out_dtype = f"jnp.{np.dtype(c0.out.dtype).name}"
     lines = [*lines1,
-             f"q = {_layout(qb, c0.q_layout)}",
-             f"k = {_layout(kb, c0.k_layout)}",
-             f"v = {_layout(vb, c0.v_layout)}",
-             f"out = {fn}(q, k, v, None, scale={scale_expr}, causal=CAUSAL, score_dtype=SCORE_DTYPE{config_call})",
-             f"attn = {_layout('out', c0.out_perm)}.astype({out_dtype})",
-             *lines2]
+             f"_q = {_layout(qb, c0.q_layout)}",
+             f"_k = {_layout(kb, c0.k_layout)}",
+             f"_v = {_layout(vb, c0.v_layout)}"]
+    if modded:
+        sides = [f"_side{j}" for j in range(len(c0.mod.sides))]
+        lines += [*score_mod.side_lines(c0.mod, bases, sides),
+                  *score_mod.render([c.mod for c in cores], probes),
+                  f"_out = {fn}(_q, _k, _v, ({''.join(x + ', ' for x in sides)}), scale=1.0, causal=False, "
+                  f"score_dtype=None, mod=_score_mod{config_call})"]
+    else:
+        lines.append(f"_out = {fn}(_q, _k, _v, None, scale={scale_expr}, causal=CAUSAL, score_dtype=SCORE_DTYPE"
+                     f"{config_call})")
+    lines += [f"_attn = {_layout('_out', c0.out_perm)}.astype({out_dtype})", *lines2]
     ret = outs2[0] if len(outs2) == 1 else "(" + ", ".join(outs2) + ",)"
     return [*lines, f"return {ret}"]
 
@@ -276,39 +301,77 @@ def _function(task: Task, body: list[str], used: list, config_sig: str) -> list[
             *[f"    {line}" for line in body], ""]
 
 
-def _causal(task: Task, scale_name: str, body: list[str], used: list) -> bool:
-    """Run the written program with a plain-JAX attention for the kernel on a float32 copy of a random case: True
-    when it matches the reference causally, False when with full attention; else decline."""
+def _stand_in_core(q, k, v, bias, *, scale, causal, score_dtype, mod=None):  # noqa: ANN001 - the kernel's signature
+    """The flash-attention kernels' computation in plain JAX (float32), a score mod applied to the whole scores."""
+    import jax
+    import jax.numpy as jnp
+
+    if mod is None:
+        return reference_attention(q, k, v, bias, scale=scale, causal=causal)
+    group = q.shape[1] // k.shape[1]
+    k, v = jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1)
+    s = jnp.einsum("bhqd,bhkd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32),
+                   precision=jax.lax.Precision.HIGHEST)
+    s = mod(s, *bias).astype(jnp.float32)
+    p = jax.nn.softmax(s, axis=-1)
+    return jnp.einsum("bhqk,bhkd->bhqd", p, v.astype(jnp.float32),
+                      precision=jax.lax.Precision.HIGHEST).astype(q.dtype)
+
+
+
+
+def _check(task: Task, scale_name: str, body: list[str], used: list, flags: tuple[bool, ...]) -> bool:
+    """Run the written program with plain-JAX stand-ins for the kernels on float32 copies of probe cases: the first
+    ``CAUSAL`` flag of ``flags`` it matches the reference with everywhere; else decline."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
     src = "\n".join(_function(task, body, used, ""))
-    xs = [np.asarray(x) for x in task.make_inputs(scale_name, 7, "normal")]
-    xs = [x.astype(np.float32) if not np.issubdtype(x.dtype, np.integer) and x.dtype != bool else x for x in xs]
-    try:
-        ref = np.asarray(jax.jit(task.bind(task.reference, scale_name))(*xs), np.float64)
-    except Exception as e:  # noqa: BLE001 - a reference that rejects float32 copies cannot be probed
-        raise Unsupported(f"could not run the reference on float32 inputs ({type(e).__name__}: {e})") from e
-    bound = 5e-3 * float(np.abs(ref).max()) + 1e-5
-    errs = {}
-    for causal in (True, False):
-        ns = {"jax": jax, "jnp": jnp, "lax": lax, "CAUSAL": causal, "SCORE_DTYPE": None,
-              "_matmul": lambda x, w, dtype: jnp.dot(x, w, preferred_element_type=jnp.float32).astype(dtype),
-              "_core": lambda q, k, v, bias, *, scale, causal, score_dtype: reference_attention(
-                  q, k, v, bias, scale=scale, causal=causal)}
-        exec(compile(src, "written", "exec"), ns)  # noqa: S102 - source this module wrote from the jaxpr
-        try:
-            got = np.asarray(jax.jit(task.bind(ns["kernel"], scale_name))(*xs), np.float64)
-        except Exception as e:  # noqa: BLE001 - the written program must run; say why it does not
-            raise Unsupported(f"the written prefix/suffix does not run ({type(e).__name__}: {e})") from e
-        if got.shape != ref.shape:
-            raise Unsupported(f"the written program's output {got.shape} is not the reference's {ref.shape}")
-        errs[causal] = float(np.abs(got - ref).max())
-        if errs[causal] <= bound:
+    errs: dict[bool, float] = {}
+    for causal in flags:
+        worst = 0.0
+        for seed, factor, rel in attention.PROBES:
+            xs = attention.probe_inputs(task, scale_name, seed, factor)
+            try:
+                ref = np.asarray(jax.jit(task.bind(task.reference, scale_name))(*xs), np.float64)
+            except Exception as e:  # noqa: BLE001 - a reference that rejects float32 copies cannot be probed
+                raise Unsupported(f"could not run the reference on float32 inputs ({type(e).__name__}: {e})") from e
+            ns = {"jax": jax, "jnp": jnp, "lax": lax, "CAUSAL": causal, "SCORE_DTYPE": None,
+                  "_matmul": lambda x, w, dtype: jnp.dot(x, w, preferred_element_type=jnp.float32).astype(dtype),
+                  "_core": _stand_in_core}
+            exec(compile(src, "written", "exec"), ns)  # noqa: S102 - source this module wrote from the jaxpr
+            try:
+                got = np.asarray(jax.jit(task.bind(ns["kernel"], scale_name))(*xs), np.float64)
+            except Exception as e:  # noqa: BLE001 - the written program must run; say why it does not
+                raise Unsupported(f"the written program does not run ({type(e).__name__}: {e})") from e
+            if got.shape != ref.shape:
+                raise Unsupported(f"the written program's output {got.shape} is not the reference's {ref.shape}")
+            fin = np.isfinite(ref)
+            if not np.array_equal(fin, np.isfinite(got)):
+                worst = float("inf")
+                break
+            bound = 2.5 * rel * float(np.abs(ref[fin]).max(initial=0.0)) + 1e-5
+            worst = max(worst, float(np.abs(got[fin] - ref[fin]).max(initial=0.0)) / bound)
+            if worst > 1:
+                break
+        errs[causal] = worst
+        if worst <= 1:
             return causal
-    raise Unsupported(f"with its attention core as full or causal softmax attention the reference differs by "
-                      f"{min(errs.values()):.3g} (bound {bound:.3g}): its scores carry something else")
+    raise Unsupported(f"the written program differs from the reference on a probe input by {min(errs.values()):.3g} "
+                      "times the bound: its scores carry something the recognised attention does not")
+
+
+def _taken_by_simpler(task: Task, traced: list[Traced], target: str) -> str | None:
+    """Where q, k and v are inputs: the name of the template (plain or score-bias flash attention) that takes the task,
+    else None."""
+    for name, module in (("attention", attention), ("flex_attention", flex)):
+        try:
+            module.propose(task, traced, target)
+        except Unsupported:
+            continue
+        return name
+    return None
 
 
 def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
@@ -319,20 +382,38 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     if any(c.key() != cores[0].key() for c in cores[1:]):
         raise Unsupported("the program around the attention core changes with the inputs' sizes or static values")
     c0 = cores[0]
+    if c0.plain_inputs:
+        taken = _taken_by_simpler(task, traced, target)
+        if taken:
+            raise Unsupported(f"q, k and v are inputs and the scores plain: the {taken} template's")
     scale_expr = probes.fit([c.scale for c in cores], dtype=c0.d1.out.dtype)
     if scale_expr is None:
         if not all(math.isclose(c.scale, c0.scale, rel_tol=1e-6) for c in cores):
             raise Unsupported("the score scale changes with the sizes and is not a function of them")
         scale_expr = repr(float(c0.scale))
     names = arg_names(task)
-    clash = set(names) & (attention._FAMILY_NAMES | {"q", "k", "v", "attn", "_matmul", "gmm_tpu", "gmm_gpu",
-                                                     "gmm_visits", "gmm_tiles", "_gmm_tpu_kernel", "_gmm_gpu_kernel",
-                                                     "_block", "_fit", "_pow2"})
+    clash = set(names) & (attention._FAMILY_NAMES - attention._LOCALS | {
+        "_q", "_k", "_v", "_out", "_attn", "_score_mod", "_matmul", "gmm_tpu", "gmm_gpu", "gmm_visits", "gmm_tiles",
+        "_gmm_tpu_kernel", "_gmm_gpu_kernel", "_block", "_pow2"})
     if clash:
         raise Unsupported(f"an input is named like a name of the written kernel: {sorted(clash)}")
-    stand_in = _body(task, cores, probes, names, "_core", scale_expr, "")
-    used = probes.used(*stand_in)
-    causal = _causal(task, smallest_scale(traced), stand_in, used)  # the probe runs the reference on a CPU
+    scale_name = smallest_scale(traced)
+    modded, why = True, ""
+    if c0.plain_scores:  # a scale and at most a causal mask: the kernel's own flags (causal blocks skipped)
+        stand_in = _body(task, cores, probes, names, "_core", scale_expr, "", False)
+        try:
+            causal = _check(task, scale_name, stand_in, probes.used(*stand_in), (True, False))
+            modded = False
+        except Unsupported as exc:
+            why = str(exc)
+    if modded:
+        stand_in = _body(task, cores, probes, names, "_core", scale_expr, "", True)
+        try:
+            _check(task, scale_name, stand_in, probes.used(*stand_in), (False,))
+        except Unsupported as exc:
+            raise Unsupported(f"{why + '; ' if why else ''}with the reference's score modification "
+                              f"({', '.join(op.prim for op in c0.mod.ops) or 'none'}): {exc}") from exc
+        causal = False
     score_dtype = attention._score_dtype(attention._scores_dtype(c0.prog, c0.d1))
     gpu = kernel_language(target) == "triton"
     qs, ks, vs = (tuple(x.shape[i] for i in lay) for x, lay in ((c0.q, c0.q_layout), (c0.k, c0.k_layout),
@@ -343,16 +424,21 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     config = default(kernel_spec(target), shapes).kwargs(target)
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
     cfg_call = "".join(f", {k}={k}" for k in config)
+    projections = any(op.prim == "dot_general" for op in c0.prefix + c0.suffix)
+    what = (f"{'causal' if causal else 'full'} softmax attention" if not modded else
+            f"softmax attention with the reference's score modification ({', '.join(op.prim for op in c0.mod.ops)}"
+            f"{f'; {len(c0.mod.sides)} mask/bias input(s) streamed block by block' if c0.mod.sides else ''})")
     props = []
     for schedule in SCHEDULES:
         fn = SCHEDULES[schedule][1 if gpu else 0].__name__
-        body = _body(task, cores, probes, names, fn, scale_expr, cfg_call)
+        body = _body(task, cores, probes, names, fn, scale_expr, cfg_call, modded)
         plan = attention.plan(target, schedule, causal)
-        text = (f"The reference with its attention core ({'causal' if causal else 'full'} softmax attention of "
-                f"q {qs}, k {ks}, v {vs[:3] + (vs[3],)} at the authoring size, scale {scale_expr}) as flash attention "
-                f"({plan}); the work before it (projections, RoPE) and after it is the reference's own, written back "
-                f"as JAX with every x @ w projection a Pallas matmul. The kernels are mk/kernels/flash_attention/"
-                f"{language_stem(target)}.py and mk/kernels/gmm/{language_stem(target)}.py (one group), copied below unchanged.")
+        text = (f"The reference with its attention core ({what} of q {qs}, k {ks}, v {vs[:3] + (vs[3],)} at the "
+                f"authoring size{'' if modded else f', scale {scale_expr}'}) as flash attention ({plan}); the work "
+                f"before it (projections, RoPE, head splits) and after it is the reference's own, written back as "
+                f"JAX{' with every x @ w projection a Pallas matmul' if projections else ''}. The kernels are "
+                f"mk/kernels/flash_attention/{language_stem(target)}.py and mk/kernels/gmm/{language_stem(target)}.py "
+                "(one group), copied below unchanged.")
         lines = [*file_head(f"mk offline author: attention core of {task.name} (target {target}).", text, gpu=gpu,
                             space=tuning), "", *family_section(gpu_kernel if gpu else tpu_kernel),
                  "", *family_section(gmm_gpu if gpu else gmm_tpu), "", "", *_matmul_helper(target), "",
@@ -361,8 +447,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
         props.append(Proposal(
             name=f"attention-core-{target}" + ("" if schedule == "online" else f"-{schedule}"),
             source="\n".join(lines),
-            rationale=f"attention core fused ({'causal' if causal else 'full'}, value head_dim {vs[3]} vs query/key "
-            f"{qs[3]}), the x @ w projections as Pallas matmuls (mk/kernels/gmm, one group), RoPE and reshapes as plain "
-            f"JAX around it: {plan}",
+            rationale=f"attention core fused ({what}, value head_dim {vs[3]} vs query/key {qs[3]})"
+            f"{', the x @ w projections as Pallas matmuls (mk/kernels/gmm, one group)' if projections else ''}, "
+            f"RoPE, head splits and reshapes as plain JAX around it: {plan}",
             template="mla"))
     return props

@@ -87,7 +87,7 @@ def test_full_attention_on_projections(target):
         _check(task, prop, target)
 
 
-def test_declines_plain_attention_and_other_scores():
+def test_declines_plain_attention_and_writes_other_scores():
     plain = _ci("2p_GQA_Attention")
     with pytest.raises(Unsupported, match="attention template"):
         mla.propose(plain, trace_scales(plain), "tpu")
@@ -98,6 +98,17 @@ def test_declines_plain_attention_and_other_scores():
         p = jax.nn.softmax(30 * jnp.tanh(jnp.einsum("bqhd,bkhd->bhqk", q, k) / 30), axis=-1)
         return jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, s, -1)
 
-    task = _proj_task(capped)
-    with pytest.raises(Unsupported, match="scores carry something else"):
+    task = _proj_task(capped)  # the cap is the reference's own score modification, applied to each score tile
+    src = mla.propose(task, trace_scales(task), "gpu")[0].source
+    assert "jnp.tanh(" in src and "mod=_score_mod" in src and "CAUSAL = False" in src
+
+    def centred(x, wq, wk, wv):  # a row mean taken off the scores: not elementwise, declined
+        b, s, e = x.shape
+        q, k, v = ((x @ w).reshape(b, s, 2, -1) for w in (wq, wk, wv))
+        sc = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+        p = jax.nn.softmax(sc - sc.mean(axis=-1, keepdims=True), axis=-1)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, s, -1)
+
+    task = _proj_task(centred)
+    with pytest.raises(Unsupported, match="not elementwise"):
         mla.propose(task, trace_scales(task), "gpu")

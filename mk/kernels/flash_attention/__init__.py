@@ -6,7 +6,8 @@ with the whole key sequence in VMEM), ``gpu.py`` the Triton kernels (one pass
 with an online softmax, or two passes), ``config.py`` the typed tiling with its
 per-chip default and tuning space. The additive score bias (a FlexAttention
 score_mod, an ALiBi or relative-position table) is optional and streamed block
-by block.
+by block; so are the inputs of a general score modification ``mod(s, *tiles)``
+(masks, soft caps, sliding windows), which then replaces the scale and the bias.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Flash attention on GPU (Pallas Triton): ``softmax(q k^T * scale + bias [causal]) v``.
 
 The same computation as :mod:`mk.kernels.flash_attention.tpu` (q (B, H, Sq, D),
-k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv), an optional rank-4 bias broadcastable to (B, H, Sq, Sk)).
+k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv), an optional rank-4 bias broadcastable to (B, H, Sq, Sk),
+or a score modification ``mod(s, *tiles)`` over a tuple of such arrays).
 One program per (batch*head, query block) loops over key blocks with
 ``lax.fori_loop`` (Triton has no scratch memory). Two schedules:
 
@@ -79,8 +80,16 @@ def _fa_fit(block_q, block_k, *, d, dv, itemsize, bias_bytes, num_warps, num_sta
             return bq, bk
 
 
-def _tile_scores(q, k, bias, *, scale, score_dtype):
+def _sides(bias):
+    """The bias argument as a tuple of arrays: none, the one additive bias, or a score mod's inputs."""
+    return () if bias is None else tuple(bias) if isinstance(bias, (tuple, list)) else (bias,)
+
+
+def _tile_scores(q, k, tiles, *, scale, score_dtype, mod=None):
     s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(q, k))
+    if mod is not None:
+        return mod(s, *tiles).astype(jnp.float32)
+    bias = tiles[0] if tiles else None
     if score_dtype is None:
         s = s * scale
         return s if bias is None else s + bias.astype(jnp.float32)
@@ -90,16 +99,14 @@ def _tile_scores(q, k, bias, *, scale, score_dtype):
     return s.astype(jnp.float32)
 
 
-def _score_fn(q, k_ref, b_ref, *, qi, scale, causal, score_dtype, block_q, block_k, kv_len):
+def _score_fn(q, k_ref, b_refs, *, qi, scale, causal, score_dtype, block_q, block_k, kv_len, mod):
     """The (block_q, block_k) f32 scores of key block j, masked when asked (causal, or padded keys)."""
 
     def scores(j, masked):
         start = pl.multiple_of(j * block_k, block_k)
         k = k_ref[pl.ds(start, block_k), :]
-        bias = None
-        if b_ref is not None:
-            bias = b_ref[:, pl.ds(start, block_k)] if b_ref.shape[1] > 1 else b_ref[...]
-        s = _tile_scores(q, k, bias, scale=scale, score_dtype=score_dtype)
+        tiles = tuple(b[:, pl.ds(start, block_k)] if b.shape[1] > 1 else b[...] for b in b_refs)
+        s = _tile_scores(q, k, tiles, scale=scale, score_dtype=score_dtype, mod=mod)
         if masked:
             rows = qi * block_q + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
             cols = start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
@@ -118,12 +125,12 @@ def _ranges(qi, *, causal, block_q, block_k, nk, kv_len):
     return kv_len // block_k, nk
 
 
-def _one_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv_len, has_bias):
-    q_ref, k_ref, v_ref, b_ref, o_ref = refs if has_bias else (*refs[:3], None, refs[3])
+def _one_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv_len, n_sides, mod):
+    q_ref, k_ref, v_ref, *b_refs, o_ref = refs
     qi = pl.program_id(1)
     q = q_ref[...]
-    scores = _score_fn(q, k_ref, b_ref, qi=qi, scale=scale, causal=causal, score_dtype=score_dtype,
-                       block_q=block_q, block_k=block_k, kv_len=kv_len)
+    scores = _score_fn(q, k_ref, b_refs, qi=qi, scale=scale, causal=causal, score_dtype=score_dtype,
+                       block_q=block_q, block_k=block_k, kv_len=kv_len, mod=mod)
 
     def step(j, carry, masked):
         m, l, acc = carry
@@ -146,12 +153,12 @@ def _one_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
     o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
 
 
-def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv_len, has_bias):
-    q_ref, k_ref, v_ref, b_ref, o_ref = refs if has_bias else (*refs[:3], None, refs[3])
+def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv_len, n_sides, mod):
+    q_ref, k_ref, v_ref, *b_refs, o_ref = refs
     qi = pl.program_id(1)
     q = q_ref[...]
-    scores = _score_fn(q, k_ref, b_ref, qi=qi, scale=scale, causal=causal, score_dtype=score_dtype,
-                       block_q=block_q, block_k=block_k, kv_len=kv_len)
+    scores = _score_fn(q, k_ref, b_refs, qi=qi, scale=scale, causal=causal, score_dtype=score_dtype,
+                       block_q=block_q, block_k=block_k, kv_len=kv_len, mod=mod)
 
     def stats(j, carry, masked):
         m, l = carry
@@ -178,7 +185,13 @@ def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, num_warps, num_stages, smem_bytes):
+def _side_index(bh, i, *, full, heads):
+    """A bias block's index: its size-1 axes always block 0, the others follow (batch, head, query block)."""
+    return (bh // heads if full[0] else 0, bh % heads if full[1] else 0, i if full[2] else 0, 0)
+
+
+def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, num_warps, num_stages, smem_bytes,
+          mod=None):
     batch, heads, seq, head_dim = q.shape
     kv_batch, kv_heads, kv_seq, kv_dim = k.shape
     if v.shape[:3] != k.shape[:3] or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
@@ -187,7 +200,10 @@ def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, 
     group = heads // kv_heads
     v_dim = v.shape[3]
     d_pad, dv_pad = (max(16, 1 << (n - 1).bit_length()) for n in (head_dim, v_dim))
-    bias_bytes = 0 if bias is None else bias.dtype.itemsize
+    sides = _sides(bias)
+    if mod is None and len(sides) > 1:
+        raise ValueError("several bias arrays need a score mod that combines them")
+    bias_bytes = sum(b.dtype.itemsize for b in sides)
     block_q, block_k = _fa_fit(_fa_block(seq, block_q)[0], _fa_block(kv_seq, block_k)[0], d=d_pad, dv=dv_pad,
                                itemsize=q.dtype.itemsize, bias_bytes=bias_bytes, num_warps=num_warps,
                                num_stages=num_stages, smem_bytes=smem_bytes)
@@ -202,7 +218,7 @@ def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, 
         pl.BlockSpec((None, None, kv_pad, dv_pad), lambda bh, i: (bh // heads, (bh % heads) // group, 0, 0)),
     ]
     args = [q, k, v]
-    if bias is not None:
+    for bias in sides:
         want = (batch, heads, seq, kv_seq)
         if bias.ndim != 4 or any(b not in (1, w) for b, w in zip(bias.shape, want)):
             raise ValueError(f"expected a bias broadcastable to {want}, got {bias.shape=}")
@@ -210,11 +226,11 @@ def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, 
         bias = jnp.pad(bias, ((0, 0), (0, 0), (0, q_pad - seq if full[2] else 0), (0, kv_pad - kv_seq if full[3] else 0)))
         in_specs.append(pl.BlockSpec(
             (None, None, block_q if full[2] else 1, kv_pad if full[3] else 1),
-            lambda bh, i: (bh // heads if full[0] else 0, bh % heads if full[1] else 0, i if full[2] else 0, 0)))
+            functools.partial(_side_index, full=full, heads=heads)))
         args.append(bias)
     out = pl.pallas_call(
         functools.partial(body, scale=scale, causal=causal, score_dtype=score_dtype, block_q=block_q,
-                          block_k=block_k, nk=kv_pad // block_k, kv_len=kv_seq, has_bias=bias is not None),
+                          block_k=block_k, nk=kv_pad // block_k, kv_len=kv_seq, n_sides=len(sides), mod=mod),
         grid=(batch * heads, q_pad // block_q),
         in_specs=in_specs,
         out_specs=pl.BlockSpec((None, None, block_q, dv_pad), lambda bh, i: (bh // heads, bh % heads, i, 0)),
@@ -225,14 +241,16 @@ def _call(body, q, k, v, bias, *, scale, causal, score_dtype, block_q, block_k, 
 
 
 def flash_attention_gpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=64, block_k=64,
-                        num_warps=4, num_stages=2, smem_bytes=192 << 10):
+                        num_warps=4, num_stages=2, smem_bytes=192 << 10, mod=None):
     """One pass over the key blocks with an online softmax (see the module docstring)."""
     return _call(_one_pass_kernel, q, k, v, bias, scale=scale, causal=causal, score_dtype=score_dtype,
-                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes)
+                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes,
+                 mod=mod)
 
 
 def flash_attention_gpu_two_pass(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=64,
-                                 block_k=64, num_warps=4, num_stages=2, smem_bytes=192 << 10):
+                                 block_k=64, num_warps=4, num_stages=2, smem_bytes=192 << 10, mod=None):
     """Row max and sum first, then the normalised probabilities times v (see the module docstring)."""
     return _call(_two_pass_kernel, q, k, v, bias, scale=scale, causal=causal, score_dtype=score_dtype,
-                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes)
+                 block_q=block_q, block_k=block_k, num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes,
+                 mod=mod)

@@ -3,7 +3,12 @@
 q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) (grouped-query attention when Hkv < H:
 query head h reads kv head h // (H // Hkv)), an optional additive score bias
 of rank 4 broadcastable to (B, H, Sq, Sk) (its size-1 axes are read
-repeatedly, never materialised). Two schedules over the same step:
+repeatedly, never materialised). A score modification ``mod`` (FlexAttention's
+``score_mod``: a mask, a soft cap, a sliding window) replaces the scale and the
+bias: ``mod(s, *tiles)`` gets each (block_q, block_k) f32 tile of q k^T and the
+matching tiles of the ``bias`` arrays (then a tuple of rank-4 arrays, each
+broadcastable as above) and returns the scores the softmax sees. Two schedules
+over the same step:
 
 - ``flash_attention_tpu``: key blocks are the grid's last ("arbitrary") axis;
   the running max, sum and f32 accumulator live in VMEM scratch across it.
@@ -52,9 +57,18 @@ def _sublanes(*arrays):
     return 8 * max(1, 4 // min(jnp.dtype(a.dtype).itemsize for a in arrays))
 
 
-def _scores(q, k, bias, *, scale, score_dtype):
-    """The f32 score tile q k^T * scale (+ bias), rounded where a 16-bit reference rounds."""
+def _sides(bias):
+    """The bias argument as a tuple of arrays: none, the one additive bias, or a score mod's inputs."""
+    return () if bias is None else tuple(bias) if isinstance(bias, (tuple, list)) else (bias,)
+
+
+def _scores(q, k, tiles, *, scale, score_dtype, mod=None):
+    """The f32 score tile q k^T * scale (+ bias), rounded where a 16-bit reference rounds; with ``mod``, the tile
+    q k^T given to it with the side tiles."""
     s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(q, k))
+    if mod is not None:
+        return mod(s, *tiles).astype(jnp.float32)
+    bias = tiles[0] if tiles else None
     if score_dtype is None:
         s = s * scale
         return s if bias is None else s + bias.astype(jnp.float32)
@@ -64,20 +78,20 @@ def _scores(q, k, bias, *, scale, score_dtype):
     return s.astype(jnp.float32)
 
 
-def _fit(q, k, v, bias, block_q, block_k):
+def _fit(q, k, v, sides, block_q, block_k):
     batch, heads, seq, head_dim = q.shape
     kv_batch, kv_heads, kv_seq, kv_dim = k.shape
     if v.shape[:3] != k.shape[:3] or kv_batch != batch or kv_dim != head_dim or heads % kv_heads:
         raise ValueError(f"expected q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) with H a multiple of Hkv, got {q.shape=}, "
                          f"{k.shape=}, {v.shape=}")
-    arrays = (q, k, v) if bias is None else (q, k, v, bias)
-    if bias is not None:
-        want = (batch, heads, seq, kv_seq)
+    arrays = (q, k, v, *sides)
+    want = (batch, heads, seq, kv_seq)
+    for bias in sides:
         if bias.ndim != 4 or any(b not in (1, w) for b, w in zip(bias.shape, want)):
             raise ValueError(f"expected a bias broadcastable to {want}, got {bias.shape=}")
     bq = _fa_block(seq, block_q, _sublanes(*arrays))
     # a bias block's last axis is a key block: a multiple of the lane width (128) or the whole sequence
-    bk = _fa_block(kv_seq, block_k, 128 if bias is not None and bias.shape[3] > 1 else _sublanes(k, v))
+    bk = _fa_block(kv_seq, block_k, 128 if any(b.shape[3] > 1 for b in sides) else _sublanes(k, v))
     return bq, bk
 
 
@@ -93,11 +107,10 @@ def _bias_spec(bias, block_q, block_k, index):
     return pl.BlockSpec(shape, imap)
 
 
-def _grid_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bias):
-    if has_bias:
-        q_ref, k_ref, v_ref, b_ref, o_ref, m_ref, l_ref, acc_ref = refs
-    else:
-        (q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref), b_ref = refs, None
+def _grid_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, n_sides, mod):
+    q_ref, k_ref, v_ref = refs[:3]
+    b_refs = refs[3:3 + n_sides]
+    o_ref, m_ref, l_ref, acc_ref = refs[3 + n_sides:]
     qi, ki = pl.program_id(2), pl.program_id(3)
 
     @pl.when(ki == 0)
@@ -108,8 +121,8 @@ def _grid_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bi
 
     def _step():
         v = v_ref[0, 0]
-        s = _scores(q_ref[0, 0], k_ref[0, 0], None if b_ref is None else b_ref[0, 0], scale=scale,
-                    score_dtype=score_dtype)
+        s = _scores(q_ref[0, 0], k_ref[0, 0], tuple(b[0, 0] for b in b_refs), scale=scale,
+                    score_dtype=score_dtype, mod=mod)
         if causal:
             rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
             cols = ki * block_k + lax.broadcasted_iota(jnp.int32, s.shape, 1)
@@ -133,12 +146,16 @@ def _grid_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bi
         o_ref[0, 0] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
 
 
-def flash_attention_tpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=512, block_k=512):
+def flash_attention_tpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=512, block_k=512,
+                        mod=None):
     """Key blocks on the grid's last axis with VMEM scratch accumulators (see the module docstring)."""
     batch, heads, seq, head_dim = q.shape
     kv_heads, kv_seq = k.shape[1], k.shape[2]
     group = heads // max(1, kv_heads)
-    block_q, block_k = _fit(q, k, v, bias, block_q, block_k)
+    sides = _sides(bias)
+    if mod is None and len(sides) > 1:
+        raise ValueError("several bias arrays need a score mod that combines them")
+    block_q, block_k = _fit(q, k, v, sides, block_q, block_k)
     nk = kv_seq // block_k
 
     def last(i, j):  # causal: key blocks past the diagonal repeat the last one needed (no new fetch)
@@ -148,13 +165,11 @@ def flash_attention_tpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=
     in_specs = [pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i, j: (b, h, i, 0)),
                 pl.BlockSpec((1, 1, block_k, head_dim), lambda b, h, i, j: (b, h // group, last(i, j), 0)),
                 pl.BlockSpec((1, 1, block_k, v_dim), lambda b, h, i, j: (b, h // group, last(i, j), 0))]
-    args = [q, k, v]
-    if bias is not None:
-        in_specs.append(_bias_spec(bias, block_q, block_k, lambda b, h, i, j: (b, h, i, last(i, j))))
-        args.append(bias)
+    args = [q, k, v, *sides]
+    in_specs += [_bias_spec(side, block_q, block_k, lambda b, h, i, j: (b, h, i, last(i, j))) for side in sides]
     return pl.pallas_call(
         functools.partial(_grid_kernel, scale=scale, causal=causal, score_dtype=score_dtype, block_q=block_q,
-                          block_k=block_k, nk=nk, has_bias=bias is not None),
+                          block_k=block_k, nk=nk, n_sides=len(sides), mod=mod),
         grid=(batch, heads, seq // block_q, nk),
         in_specs=in_specs,
         out_specs=pl.BlockSpec((1, 1, block_q, v_dim), lambda b, h, i, j: (b, h, i, 0)),
@@ -165,24 +180,19 @@ def flash_attention_tpu(q, k, v, bias=None, *, scale, causal=False, score_dtype=
     )(*args)
 
 
-def _loop_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bias):
-    if has_bias:
-        q_ref, k_ref, v_ref, b_ref, o_ref = refs
-    else:
-        (q_ref, k_ref, v_ref, o_ref), b_ref = refs, None
+def _loop_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, n_sides, mod):
+    q_ref, k_ref, v_ref = refs[:3]
+    b_refs, o_ref = refs[3:3 + n_sides], refs[3 + n_sides]
     qi = pl.program_id(2)
     q = q_ref[0, 0]
-    key_bias = b_ref is not None and b_ref.shape[3] > 1
 
     def step(j, carry, masked):
         m, l, acc = carry
         start = pl.multiple_of(j * block_k, block_k)
         k = k_ref[0, 0, pl.ds(start, block_k), :]
         v = v_ref[0, 0, pl.ds(start, block_k), :]
-        bias = None
-        if b_ref is not None:
-            bias = b_ref[0, 0, :, pl.ds(start, block_k)] if key_bias else b_ref[0, 0]
-        s = _scores(q, k, bias, scale=scale, score_dtype=score_dtype)
+        tiles = tuple(b[0, 0, :, pl.ds(start, block_k)] if b.shape[3] > 1 else b[0, 0] for b in b_refs)
+        s = _scores(q, k, tiles, scale=scale, score_dtype=score_dtype, mod=mod)
         if masked:
             rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
             cols = start + lax.broadcasted_iota(jnp.int32, s.shape, 1)
@@ -209,23 +219,24 @@ def _loop_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, has_bi
 
 
 def flash_attention_tpu_loop(q, k, v, bias=None, *, scale, causal=False, score_dtype=None, block_q=256,
-                             block_k=512):
+                             block_k=512, mod=None):
     """Whole key/value sequence per head in VMEM, key blocks walked in the kernel (see the module docstring)."""
     batch, heads, seq, head_dim = q.shape
     kv_heads, kv_seq = k.shape[1], k.shape[2]
     group = heads // max(1, kv_heads)
-    block_q, block_k = _fit(q, k, v, bias, block_q, block_k)
+    sides = _sides(bias)
+    if mod is None and len(sides) > 1:
+        raise ValueError("several bias arrays need a score mod that combines them")
+    block_q, block_k = _fit(q, k, v, sides, block_q, block_k)
     v_dim = v.shape[3]
     in_specs = [pl.BlockSpec((1, 1, block_q, head_dim), lambda b, h, i: (b, h, i, 0)),
                 pl.BlockSpec((1, 1, kv_seq, head_dim), lambda b, h, i: (b, h // group, 0, 0)),
                 pl.BlockSpec((1, 1, kv_seq, v_dim), lambda b, h, i: (b, h // group, 0, 0))]
-    args = [q, k, v]
-    if bias is not None:
-        in_specs.append(_bias_spec(bias, block_q, kv_seq, lambda b, h, i: (b, h, i, 0)))
-        args.append(bias)
+    args = [q, k, v, *sides]
+    in_specs += [_bias_spec(side, block_q, kv_seq, lambda b, h, i: (b, h, i, 0)) for side in sides]
     return pl.pallas_call(
         functools.partial(_loop_kernel, scale=scale, causal=causal, score_dtype=score_dtype, block_q=block_q,
-                          block_k=block_k, nk=kv_seq // block_k, has_bias=bias is not None),
+                          block_k=block_k, nk=kv_seq // block_k, n_sides=len(sides), mod=mod),
         grid=(batch, heads, seq // block_q),
         in_specs=in_specs,
         out_specs=pl.BlockSpec((1, 1, block_q, v_dim), lambda b, h, i: (b, h, i, 0)),

@@ -1,0 +1,185 @@
+"""The score modification of an attention core: what the reference does to ``q k^T`` before its row softmax.
+
+FlexAttention's ``score_mod`` read from the jaxpr: the elementwise ops from the
+first product to the operand of the softmax's row max (a scale, a soft cap
+``c * tanh(s / c)``, a boolean or additive mask, a sliding window, casts), and
+the values from outside the scores they read ("sides": a padding mask from an
+input, an additive bias, a mask made from ``iota``). Each side is kept at its
+compact size (before the broadcasts and size-1 reshapes that make it
+score-shaped) and becomes a rank-4 array broadcastable to (batch, head,
+query, key), which the flash-attention kernels stream block by block; the ops
+are written as a function of one score tile and the side tiles, which the
+kernel applies to every tile (mk.kernels.flash_attention's ``mod``). Booleans
+and integers travel as float32 (Mosaic and Triton load those tiles
+everywhere) and are turned back inside the function.
+
+Nothing here decides that the modification is right: the recogniser that uses
+it (:mod:`mk.author.mla`) runs the written program with a plain-JAX core
+against the reference on probe inputs and declines when they differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mk.author import ir
+from mk.author.emit import Unsupported, dtype_expr
+from mk.author.ir import Op, Program, Val
+
+#: the prims a modification made only of a scale and a causal mask uses (the kernel's own flags cover it)
+_PLAIN = frozenset({"mul", "div", "convert_element_type", "select_n"})
+
+
+@dataclass
+class ScoreMod:
+    scores: Val  # the first product's output
+    ops: list[Op]  # the elementwise ops from ``scores`` to ``out``, in program order
+    out: Val  # the operand of the softmax's row max
+    sides: list[Val]  # score-shaped values from outside the scores that ``ops`` read
+    bases: list[Val]  # each side before its broadcasts and size-1 reshapes
+    steps: list[list[str]]  # per side: lines turning ``x`` (its base) into a rank-4 broadcastable array
+
+    def plain(self, inputs: set[int], prod: dict[int, Op]) -> bool:
+        """Only a scale, casts and masks made without the inputs (causal): the kernel's scale and causal flag."""
+        return {op.prim for op in self.ops} <= _PLAIN and not any(_derives(b, inputs, prod) for b in self.bases)
+
+    def key(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        return tuple(op.prim for op in self.ops), tuple(len(s) for s in self.steps)
+
+
+def _derives(v: Val, roots: set[int], prod: dict[int, Op]) -> bool:
+    stack, seen = [v], set()
+    while stack:
+        cur = stack.pop()
+        if id(cur) in roots:
+            return True
+        if id(cur) in seen or id(cur) not in prod:
+            continue
+        seen.add(id(cur))
+        stack.extend(prod[id(cur)].ins)
+    return False
+
+
+def find(prog: Program, i1: int, i2: int) -> ScoreMod:
+    """The modification between the first product (``prog.ops[i1]``) and the softmax's row max before ``i2``."""
+    prod = prog.producers()
+    scores = prog.ops[i1].out
+    root = {id(scores)}
+    imax = next((k for k in range(i1 + 1, i2) if prog.ops[k].prim == "reduce_max"
+                 and _derives(prog.ops[k].ins[0], root, prod)), None)
+    if imax is None:
+        raise Unsupported("no row max over the scores before the second product")
+    if tuple(prog.ops[imax].params["axes"]) != (len(scores.shape) - 1,):
+        raise Unsupported("the softmax is not over the key axis")
+    out = prog.ops[imax].ins[0]
+    needed, ops = {id(out)}, []
+    for op in reversed(prog.ops[i1 + 1:imax]):
+        if id(op.out) in needed and _derives(op.out, root, prod):
+            ops.append(op)
+            needed.update(id(x) for x in op.ins)
+    ops.reverse()
+    made = {id(scores)} | {id(op.out) for op in ops}
+    sides: list[Val] = []
+    for op in ops:
+        if op.prim not in ir.ELEMENTWISE or op.out.shape != scores.shape:
+            raise Unsupported(f"the scores pass through {op.prim!r} on their way to the softmax: not elementwise")
+        for x in op.ins:
+            if id(x) in made or x.is_const or any(x is s for s in sides):
+                continue
+            if x.shape and (len(x.shape) != len(scores.shape)
+                            or any(a not in (1, b) for a, b in zip(x.shape, scores.shape))):
+                raise Unsupported(f"a value of shape {x.shape} modifies the scores {scores.shape}")
+            sides.append(x)
+    bases, steps, kept, uniform = [], [], [], {}
+    for x in sides:
+        base, lines = _compact(x, prod, len(scores.shape))
+        if base.is_const:  # a fill value broadcast to the scores' shape: a scalar in the tile function
+            uniform[id(x)] = ir.const_val(base.const, (), x.dtype)
+            continue
+        kept.append(x)
+        bases.append(base)
+        steps.append(lines)
+    ops = [Op(op.prim, [uniform.get(id(x), x) for x in op.ins], op.params, op.out, op.bind) for op in ops]
+    return ScoreMod(scores, ops, out, kept, bases, steps)
+
+
+def _compact(v: Val, prod: dict[int, Op], rank: int) -> tuple[Val, list[str]]:
+    """(the value before ``v``'s broadcasts and size-1 reshapes, lines turning ``x`` (that value) into a rank-4
+    array with size-1 axes where ``v`` is broadcast)."""
+    steps: list[str] = []
+    while v.arg is None and id(v) in prod:
+        op = prod[id(v)]
+        x = op.ins[0]
+        if op.prim == "broadcast_in_dim":
+            dims = tuple(op.params["broadcast_dimensions"])
+            if list(dims) != sorted(dims):
+                break
+            new = tuple(i for i in range(len(v.shape)) if i not in dims)
+            if new:
+                steps.append(f"x = lax.expand_dims(x, {new!r})")
+        elif op.prim == "convert_element_type" and x.is_const:  # a fill value cast to the scores' dtype
+            return ir.const_val(x.const, (), op.out.dtype), []
+        elif op.prim == "reshape" and [d for d in x.shape if d != 1] == [d for d in v.shape if d != 1]:
+            it = iter(i for i, d in enumerate(x.shape) if d != 1)
+            parts = ["1" if d == 1 else f"x.shape[{next(it)}]" for d in v.shape]
+            steps.append(f"x = x.reshape(({', '.join(parts)}{',' if len(parts) == 1 else ''}))")
+        else:
+            break
+        v = x
+    steps = steps[::-1]
+    if not steps and len(v.shape) < rank:
+        steps.append(f"x = x.reshape((1,) * ({rank} - x.ndim) + x.shape)")
+    kind = np.dtype(v.dtype)
+    if kind == np.bool_ or np.issubdtype(kind, np.integer):
+        steps.append("x = x.astype(jnp.float32)")
+    return v, steps
+
+
+def side_lines(mod: ScoreMod, names: list[str], out: list[str]) -> list[str]:
+    """Kernel-body lines making each side (its base is the prefix value ``names[j]``) into ``out[j]``."""
+    lines = []
+    for base, steps, name, dst in zip(mod.bases, mod.steps, names, out):
+        lines.append(f"x = {name}")
+        lines += steps
+        lines.append(f"{dst} = x")
+    return lines
+
+
+def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod") -> list[str]:
+    """``def _score_mod(s, t0, ...)``: one score tile (float32, as the kernel's product gives it) and the side tiles
+    in, the scores the softmax sees out; a nested function of ``kernel`` (its constants may read the sizes; a Pallas
+    kernel cannot close over arrays, so a computed number is a side too, one element)."""
+    m0 = mods[0]
+    params = ["s"] + [f"t{j}" for j in range(len(m0.sides))]
+    programs = []
+    for m in mods:
+        for j, x in enumerate([m.scores, *m.sides]):
+            x.arg = j
+        programs.append(Program([m.scores, *m.sides], [_scalar_consts(op) for op in m.ops], [m.out]))
+    try:
+        body, outs = ir.render(programs, probes, params)
+    finally:
+        for m in mods:
+            for x in [m.scores, *m.sides]:
+                x.arg = None
+    lines = [f"def {fn}({', '.join(params)}):"]
+    for j, base in enumerate(m0.bases):
+        kind = np.dtype(base.dtype)
+        if kind == np.bool_:
+            lines.append(f"    t{j} = t{j} != 0")
+        elif np.issubdtype(kind, np.integer):
+            lines.append(f"    t{j} = t{j}.astype({dtype_expr(kind)})")
+    if np.dtype(m0.scores.dtype) != np.float32:
+        lines.append(f"    s = s.astype({dtype_expr(m0.scores.dtype)})")
+    lines += [f"    {line}" for line in body]
+    lines.append(f"    return {outs[0]}")
+    return lines
+
+
+def _scalar_consts(op: Op) -> Op:
+    """``op`` with its uniform array constants as scalars: the ops run on 2-D tiles, not score-shaped arrays."""
+    ins = [ir.const_val(x.const, (), x.dtype) if x.is_const and x.shape else x for x in op.ins]
+    return Op(op.prim, ins, op.params, op.out, op.bind)

@@ -1,0 +1,162 @@
+"""Attention whose scores the reference modifies (mk/author/score_mod.py through the attention-core recogniser,
+mk/author/mla.py): a soft cap, a boolean key-padding mask, a sliding window, a bias plus a mask, heads split from
+(B, S, D), q pre-scaled in (B, S, H, D), RoPE on q and k. Each is recognised, its written kernel matches the reference
+in interpret mode and lowers for the chip; the plain templates decline what they cannot write (a soft cap used to pass
+their float32 probe, then fail the judge at large magnitudes).
+
+These functions are this file's own (written for the tests, in the shapes of model code); the held-out user
+functions of tests/user_functions/ are never used to build or tune the recognisers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mk.author import OfflineAuthor, attention, score_mod
+from mk.author.emit import Unsupported
+from mk.author.ir import from_jaxpr
+from mk.author.trace import trace_scales
+from mk.loaders.callable import task_from_callable
+from mk.targets import get_target
+
+
+def softcapped(q, k, v):
+    """(B, H, S, D) f32, causal, logits capped at 20 (Grok/Gemma style), finfo.min fill."""
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    s = 20.0 * jnp.tanh(s / 20.0)
+    keep = jnp.tril(jnp.ones((q.shape[2], k.shape[2]), bool))
+    s = jnp.where(keep, s, jnp.finfo(jnp.float32).min)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def padded_heads(xq, xk, xv, keep):
+    """(B, S, D) bf16 with 4 heads split inside, a (B, S) boolean key mask filled with -1e9."""
+    b, n, d = xq.shape
+    split = lambda x: x.reshape(b, x.shape[1], 4, d // 4).transpose(0, 2, 1, 3)  # noqa: E731
+    s = jnp.einsum("bhqd,bhkd->bhqk", split(xq), split(xk), preferred_element_type=jnp.float32) * (d // 4) ** -0.5
+    s = jnp.where(keep[:, None, None, :], s, -1e9)
+    o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1).astype(xv.dtype), split(xv))
+    return o.transpose(0, 2, 1, 3).reshape(b, n, d)
+
+
+def windowed(q, k, v):
+    """(B, H, S, D) f32, causal with a 48-key window (Mistral style)."""
+    i, j = jnp.arange(q.shape[2])[:, None], jnp.arange(k.shape[2])[None, :]
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+    s = jnp.where((j <= i) & (j > i - 48), s, -jnp.inf)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def bias_and_mask(q, k, v, rel, keep):
+    """(B, H, S, D) f32 with a learned (H, S, S) relative bias and a (B, S) key mask."""
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125 + rel[None]
+    s = jnp.where(keep[:, None, None, :], s, -1e30)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def _rotate(x, cos, sin):
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    return x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin
+
+
+def rope_bshd(q, k, v, cos, sin):
+    """(B, S, H, D) bf16 with rotary embeddings on q and k (rotate_half via split), q pre-scaled, causal."""
+    q = _rotate(q, cos, sin) * q.shape[-1] ** -0.5
+    k = _rotate(k, cos, sin)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+    s = jnp.where(jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool)), s, -1e9)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1).astype(v.dtype), v)
+
+
+F32, BF16 = "float32", "bfloat16"
+BHSD = ((1, 2, 128, 64), F32)
+CASES = {
+    "softcapped": (softcapped, [BHSD] * 3),
+    "padded_heads": (padded_heads, [((2, 128, 128), BF16)] * 3 + [((2, 128), "bool")]),
+    "windowed": (windowed, [BHSD] * 3),
+    "bias_and_mask": (bias_and_mask, [BHSD] * 3 + [((2, 128, 128), F32), ((1, 128), "bool")]),
+    "rope_bshd": (rope_bshd, [((1, 128, 2, 64), BF16)] * 3 + [((128, 1, 64), BF16)] * 2),
+}
+
+
+def _task(name):
+    fn, shapes = CASES[name]
+    return task_from_callable(fn, scales={"ci": shapes}, name=name)
+
+
+def _f32(xs):
+    return [np.asarray(x, np.float32) if np.issubdtype(np.asarray(x).dtype, np.floating)
+            or np.asarray(x).dtype.name == "bfloat16" else x for x in xs]
+
+
+def _check(task, source, target):
+    """The written kernel against the reference run on float32 copies, as the judge compares: within the task's
+    tolerance or twice the reference's own error at its dtype on a random case; within 5% of the output's scale on
+    one with outliers (float32 scores that large make softmax sensitive to rounding; a cap left out is off by far
+    more)."""
+    ns: dict = {}
+    exec(compile(source, "candidate", "exec"), ns)  # noqa: S102 - the written kernel under test
+    atol, rtol = task.tolerance.for_output(0)
+    ref_fn = jax.jit(task.bind(task.reference, "ci"))
+    for k, dist in enumerate(("normal", "large_magnitude")):
+        xs = task.make_inputs("ci", 3 + k, dist)
+        want = np.asarray(ref_fn(*_f32(xs)), np.float64)
+        own = float(np.abs(np.asarray(ref_fn(*xs), np.float64) - want).max())
+        with get_target(target).execution():
+            got = np.asarray(jax.jit(task.bind(ns["kernel"], "ci"))(*xs), np.float64)
+        scale = float(np.abs(want).max())
+        bound = max(atol + rtol * scale, 2 * own) if dist == "normal" else 0.05 * scale
+        err = float(np.abs(got - want).max())
+        assert err <= bound, f"{task.name} {target} {dist}: error {err:.3g} over {bound:.3g}"
+    get_target(target).lower(task.bind(ns["kernel"], "ci"), *task.arg_structs("ci"))
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_modified_scores_are_written_matched_and_lowered(name, target):
+    task = _task(name)
+    made = OfflineAuthor().propose(task, target)
+    props = [p for p in made.proposals if p.template == "mla"]
+    assert [p.name for p in props] == [f"attention-core-{target}", f"attention-core-{target}-resident"], made.declined
+    for prop in props:  # both block schedules
+        _check(task, prop.source, target)
+
+
+def test_the_soft_cap_and_masks_are_in_the_tile_function():
+    task = _task("bias_and_mask")
+    src = next(p.source for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "mla")
+    assert "def _score_mod(s, t0, t1):" in src and "t1 = t1 != 0" in src  # the bias, then the boolean mask
+    assert "causal=False" in src and "mod=_score_mod" in src
+    capped = next(p.source for p in OfflineAuthor().propose(_task("softcapped"), "tpu").proposals
+                  if p.template == "mla")
+    assert "jnp.tanh(" in capped
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+def test_plain_templates_decline_a_soft_cap(target):
+    """The flash-attention template used to accept a soft cap: on normal inputs tanh(s / c) * c is s."""
+    task = _task("softcapped")
+    with pytest.raises(Unsupported, match="tanh"):
+        attention.propose(task, trace_scales(task), target)
+
+
+def test_the_modification_read_from_the_jaxpr():
+    task = _task("bias_and_mask")
+    prog = from_jaxpr(trace_scales(task)[0].jaxpr)
+    dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
+    mod = score_mod.find(prog, dots[0], dots[1])
+    assert [op.prim for op in mod.ops] == ["mul", "add", "select_n"]
+    assert [b.arg for b in mod.bases] == [3, 4]  # rel and keep, at their own sizes
+    assert mod.steps[1][-1] == "x = x.astype(jnp.float32)"  # the boolean mask travels as float32
+
+
+def test_a_reduction_on_the_scores_is_not_a_modification():
+    def f(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+        s = s - jnp.mean(s, axis=-1, keepdims=True)
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+    task = task_from_callable(f, scales={"ci": [BHSD] * 3}, name="centred")
+    made = OfflineAuthor().propose(task, "tpu")
+    assert not [p for p in made.proposals if p.template == "mla"]
+    assert "not elementwise" in made.declined["mla"]
