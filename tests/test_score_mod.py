@@ -1,6 +1,6 @@
 """Attention whose scores the reference modifies (mk/author/score_mod.py through the attention-core recogniser,
 mk/author/mla.py): a soft cap, a boolean key-padding mask, a sliding window, a bias plus a mask, heads split from
-(B, S, D), q pre-scaled in (B, S, H, D), RoPE on q and k. Each is recognised, its written kernel matches the reference
+(B, S, D), q pre-scaled in (B, S, H, D), RoPE on q and k, rank-3 (one head) attention. Each is recognised, its written kernel matches the reference
 in interpret mode and lowers for the chip; the plain templates decline what they cannot write (a soft cap used to pass
 their float32 probe, then fail the judge at large magnitudes).
 
@@ -68,6 +68,20 @@ def rope_bshd(q, k, v, cos, sin):
     return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1).astype(v.dtype), v)
 
 
+def single_head_masked(q, k, v, keep):
+    """Rank 3: (B, S, D) f32, one head, a (B, S) key mask (a pooling attention, a pointer network)."""
+    s = jnp.einsum("bqd,bkd->bqk", q, k) / np.sqrt(q.shape[-1])
+    s = jnp.where(keep[:, None, :], s, -1e9)
+    return jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(s, axis=-1), v)
+
+
+def single_head_causal_t(q, k, v):
+    """Rank 3, causal, the output (B, D, S) (keys times probabilities written v-first)."""
+    s = jnp.einsum("bqd,bkd->bqk", q, k) * 0.125
+    s = jnp.where(jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool)), s, -jnp.inf)
+    return jnp.einsum("bkd,bqk->bdq", v, jax.nn.softmax(s, axis=-1))
+
+
 F32, BF16 = "float32", "bfloat16"
 BHSD = ((1, 2, 128, 64), F32)
 CASES = {
@@ -76,6 +90,8 @@ CASES = {
     "windowed": (windowed, [BHSD] * 3),
     "bias_and_mask": (bias_and_mask, [BHSD] * 3 + [((2, 128, 128), F32), ((1, 128), "bool")]),
     "rope_bshd": (rope_bshd, [((1, 128, 2, 64), BF16)] * 3 + [((128, 1, 64), BF16)] * 2),
+    "single_head_masked": (single_head_masked, [((2, 128, 64), F32)] * 3 + [((2, 128), "bool")]),
+    "single_head_causal_t": (single_head_causal_t, [((2, 128, 64), F32)] * 3),
 }
 
 

@@ -80,23 +80,25 @@ class Core:
     def __init__(self, prog: Program):
         self.prog = prog
         prod = prog.producers()
-        dots = [op for op in prog.ops if op.prim == "dot_general" and len(op.out.shape) == 4]
+        dots = [op for op in prog.ops if op.prim == "dot_general" and len(op.out.shape) in (3, 4)]
         pairs = []
         for d1 in dots:
             (lc, rc), (lb, rb) = d1.params["dimension_numbers"]
-            if len(lb) != 2 or len(lc) != 1 or len(d1.ins[0].shape) != 4 or len(d1.ins[1].shape) != 4:
+            r = len(d1.out.shape)
+            if len(lb) != r - 2 or len(lc) != 1 or len(d1.ins[0].shape) != r or len(d1.ins[1].shape) != r:
                 continue
             for d2 in dots:
-                if d2 is d1 or prog.ops.index(d2) < prog.ops.index(d1):
+                if d2 is d1 or prog.ops.index(d2) < prog.ops.index(d1) or len(d2.out.shape) != r:
                     continue
                 memo: dict[int, bool] = {}
                 from_s = [_derives(x, {id(d1.out)}, prod, memo) for x in d2.ins]
                 if from_s.count(True) == 1:
                     pairs.append((d1, d2, from_s.index(True)))
         if len(pairs) != 1:
-            raise Unsupported(f"no single attention core (two 4-D batched products, a softmax between), found "
-                              f"{len(pairs)}")
+            raise Unsupported(f"no single attention core (two batched products of rank 3 or 4, a softmax between), "
+                              f"found {len(pairs)}")
         d1, d2, p_side = pairs[0]
+        r = self.rank = len(d1.out.shape)  # 4: (batch, head, ...); 3: (batch, ...), one head
         self.i1, self.i2 = prog.ops.index(d1), prog.ops.index(d2)
         between = {op.prim for op in prog.ops[self.i1 + 1:self.i2]}
         if not {"exp", "reduce_max", "reduce_sum"} <= between:
@@ -105,18 +107,19 @@ class Core:
         (lc2, rc2), (lb2, rb2) = d2.params["dimension_numbers"]
         pc, pb = (lc2, lb2) if p_side == 0 else (rc2, rb2)
         vc, vb = (rc2, rb2) if p_side == 0 else (lc2, lb2)
-        if tuple(pb) != (0, 1) or tuple(pc) != (3,) or len(vc) != 1 or len(vb) != 2:
+        if tuple(pb) != tuple(range(r - 2)) or tuple(pc) != (r - 1,) or len(vc) != 1 or len(vb) != r - 2:
             raise Unsupported("the second product does not contract the probabilities over the keys per (batch, head)")
         (self.q, qp), (self.k, kp), (self.v, vp) = (_base(x, prod) for x in (d1.ins[0], d1.ins[1], d2.ins[1 - p_side]))
         free = lambda n, c, b: [i for i in range(n) if i not in c and i not in b][0]  # noqa: E731
-        self.q_layout = (qp[lb1[0]], qp[lb1[1]], qp[free(4, lc1, lb1)], qp[lc1[0]])
-        self.k_layout = (kp[rb1[0]], kp[rb1[1]], kp[free(4, rc1, rb1)], kp[rc1[0]])
-        self.v_layout = (vp[vb[0]], vp[vb[1]], vp[vc[0]], vp[free(4, vc, vb)])
+        self.q_layout = (*(qp[i] for i in lb1), qp[free(r, lc1, lb1)], qp[lc1[0]])
+        self.k_layout = (*(kp[i] for i in rb1), kp[free(r, rc1, rb1)], kp[rc1[0]])
+        self.v_layout = (*(vp[i] for i in vb), vp[vc[0]], vp[free(r, vc, vb)])
         for base in (self.q, self.k, self.v):
-            if len(base.shape) != 4:
-                raise Unsupported("an attention operand is not 4-D before its transposes")
+            if len(base.shape) != r:
+                raise Unsupported(f"an attention operand is not {r}-D before its transposes")
         self.out = d2.out
-        self.out_perm = (0, 1, 2, 3) if p_side == 0 else (0, 1, 3, 2)  # d2's axes from (b, h, q, dv)
+        # d2's axes from (batch[, head], query, value dim)
+        self.out_perm = tuple(range(r)) if p_side == 0 else (*range(r - 2), r - 1, r - 2)
         self.d1 = d1
         # the scale: scalar factors on the scores before their row max
         self.scale, cur = 1.0, {id(d1.out)}
@@ -237,7 +240,12 @@ def render(programs: list[Program], probes, names: list[str]) -> tuple[list[str]
 
 
 def _layout(name: str, layout: tuple[int, ...]) -> str:
-    return name if layout == (0, 1, 2, 3) else f"jnp.transpose({name}, {layout!r})"
+    return name if layout == tuple(range(len(layout))) else f"jnp.transpose({name}, {layout!r})"
+
+
+def _heads(expr: str, rank: int) -> str:
+    """A rank-3 operand (batch, seq, dim) as the kernels take it: one head."""
+    return expr if rank == 4 else f"jnp.expand_dims({expr}, 1)"
 
 
 def _live(prog: Program) -> Program:
@@ -278,9 +286,9 @@ def _body(task: Task, cores: list[Core], probes, names: list[str], fn: str, scal
                 x.arg = None
     out_dtype = f"jnp.{np.dtype(c0.out.dtype).name}"
     lines = [*lines1,
-             f"_q = {_layout(qb, c0.q_layout)}",
-             f"_k = {_layout(kb, c0.k_layout)}",
-             f"_v = {_layout(vb, c0.v_layout)}"]
+             f"_q = {_heads(_layout(qb, c0.q_layout), c0.rank)}",
+             f"_k = {_heads(_layout(kb, c0.k_layout), c0.rank)}",
+             f"_v = {_heads(_layout(vb, c0.v_layout), c0.rank)}"]
     if modded:
         sides = [f"_side{j}" for j in range(len(c0.mod.sides))]
         lines += [*score_mod.side_lines(c0.mod, bases, sides),
@@ -290,7 +298,7 @@ def _body(task: Task, cores: list[Core], probes, names: list[str], fn: str, scal
     else:
         lines.append(f"_out = {fn}(_q, _k, _v, None, scale={scale_expr}, causal=CAUSAL, score_dtype=SCORE_DTYPE"
                      f"{config_call})")
-    lines += [f"_attn = {_layout('_out', c0.out_perm)}.astype({out_dtype})", *lines2]
+    lines += [f"_attn = {_layout('_out' if c0.rank == 4 else '_out[:, 0]', c0.out_perm)}.astype({out_dtype})", *lines2]
     ret = outs2[0] if len(outs2) == 1 else "(" + ", ".join(outs2) + ",)"
     return [*lines, f"return {ret}"]
 
@@ -418,6 +426,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
     gpu = kernel_language(target) == "triton"
     qs, ks, vs = (tuple(x.shape[i] for i in lay) for x, lay in ((c0.q, c0.q_layout), (c0.k, c0.k_layout),
                                                                   (c0.v, c0.v_layout)))
+    if c0.rank == 3:  # one head
+        qs, ks, vs = ((s[0], 1, *s[1:]) for s in (qs, ks, vs))
     itemsize = min(np.dtype(x.dtype).itemsize for x in (c0.q, c0.k, c0.v))
     shapes = Shapes(qs[0], qs[1], qs[2], ks[2], qs[3], itemsize)
     tuning = space(target, shapes)

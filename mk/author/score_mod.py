@@ -144,6 +144,8 @@ def side_lines(mod: ScoreMod, names: list[str], out: list[str]) -> list[str]:
     for base, steps, name, dst in zip(mod.bases, mod.steps, names, out):
         lines.append(f"x = {name}")
         lines += steps
+        if len(mod.scores.shape) == 3:  # (batch, query, key) scores: the kernels' one head
+            lines.append("x = jnp.expand_dims(x, 1)")
         lines.append(f"{dst} = x")
     return lines
 
