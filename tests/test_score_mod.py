@@ -16,6 +16,7 @@ from mk.author import OfflineAuthor, attention, score_mod
 from mk.author.emit import Unsupported
 from mk.author.ir import from_jaxpr
 from mk.author.trace import trace_scales
+from mk.harness.program import low_precision_kernel_dots
 from mk.loaders.callable import task_from_callable
 from mk.targets import get_target
 
@@ -82,6 +83,17 @@ def single_head_causal_t(q, k, v):
     return jnp.einsum("bkd,bqk->bdq", v, jax.nn.softmax(s, axis=-1))
 
 
+def projected_cross(x, ctx, wq, wk, wv, keep):
+    """f32 cross-attention with projections (96 queries over 40 context tokens, 2 heads) and a (B, 40) mask."""
+    b, n, _ = x.shape
+    heads = lambda t: t.reshape(b, t.shape[1], 2, -1).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = heads(x @ wq), heads(ctx @ wk), heads(ctx @ wv)
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+    s = jnp.where(keep[:, None, None, :], s, -1e9)
+    o = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+    return o.transpose(0, 2, 1, 3).reshape(b, n, -1)
+
+
 F32, BF16 = "float32", "bfloat16"
 BHSD = ((1, 2, 128, 64), F32)
 CASES = {
@@ -92,6 +104,8 @@ CASES = {
     "rope_bshd": (rope_bshd, [((1, 128, 2, 64), BF16)] * 3 + [((128, 1, 64), BF16)] * 2),
     "single_head_masked": (single_head_masked, [((2, 128, 64), F32)] * 3 + [((2, 128), "bool")]),
     "single_head_causal_t": (single_head_causal_t, [((2, 128, 64), F32)] * 3),
+    "projected_cross": (projected_cross, [((2, 96, 64), F32), ((2, 40, 48), F32), ((64, 128), F32),
+                                          ((48, 128), F32), ((48, 128), F32), ((2, 40), "bool")]),
 }
 
 
@@ -125,6 +139,9 @@ def _check(task, source, target):
         err = float(np.abs(got - want).max())
         assert err <= bound, f"{task.name} {target} {dist}: error {err:.3g} over {bound:.3g}"
     get_target(target).lower(task.bind(ns["kernel"], "ci"), *task.arg_structs("ci"))
+    if task.args[0].dtype == "float32":  # the judge refuses a float32 product in a kernel at less than HIGHEST
+        closed = jax.make_jaxpr(task.bind(ns["kernel"], "ci"))(*task.arg_structs("ci"))
+        assert not low_precision_kernel_dots(closed.jaxpr), task.name
 
 
 @pytest.mark.parametrize("target", ["tpu", "gpu"])

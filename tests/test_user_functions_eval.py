@@ -36,3 +36,22 @@ def test_why_is_one_line_naming_what_was_tried_or_the_nearest_families():
     none = SimpleNamespace(iterations=[], declined={"attention": "no   softmax\n over keys", "conv": "no conv"},
                            stop_reason="no rule applies")
     assert uf._why(none) == "nothing proposed; attention: no softmax over keys"
+
+
+def test_a_pure_jax_rewrite_is_shown_but_is_not_a_kernel(tmp_path):
+    run = {"date": "d", "commit": "c", "command": "x", "targets": ["tpu"], "functions": 2, "seconds": 1.0}
+    held = uf._merge(tmp_path / "u.json", [
+        {"function": "a", "target": "tpu", "status": "correct", "family": "rewrite-jax", "why": "", "seconds": 1.0},
+        {"function": "b", "target": "tpu", "status": "correct", "family": "rowwise-tpu", "why": "", "seconds": 1.0}],
+        [run])
+    text = uf.render(held, ["a", "b"])
+    assert "**tpu**: 1 of 2 functions got a Pallas kernel" in text and "1 more got a pure-JAX rewrite" in text
+    assert "`correct` rewrite-jax, no kernel" in text and "- a (tpu): a pure-JAX rewrite" in text
+
+
+def test_the_second_set_is_its_own_file():
+    from tests.user_functions.heldout2 import FUNCTIONS as SECOND
+
+    assert [f.name for f in uf._functions("2")] == [f.name for f in SECOND]
+    assert not {f.name for f in SECOND} & {f.name for f in FUNCTIONS}
+    assert uf.SETS["2"][1] != uf.SETS["1"][1]

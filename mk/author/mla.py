@@ -186,9 +186,12 @@ _MATMUL = {"mosaic": ("gmm_tpu", "tpu"), "triton": ("gmm_gpu", "gpu")}
 def _matmul_helper(target: str) -> list[str]:
     fn = _MATMUL[kernel_language(target)][0]
     return ["def _matmul(x, w, out_dtype):",
-            '    """x @ w over x\'s last axis as one Pallas matmul (mk/kernels/gmm with a single group of every row)."""',
+            '    """x @ w over x\'s last axis as one Pallas matmul (mk/kernels/gmm with a single group of every row); '
+            'float32 at',
+            '    HIGHEST, as the reference runs (Mosaic runs precision=None as one bf16 pass, Triton as TF32)."""',
             "    rows = x.reshape(-1, x.shape[-1])",
-            f"    out = {fn}(rows, w[None], jnp.full((1,), rows.shape[0], jnp.int32), out_dtype=out_dtype)",
+            "    hp = lax.Precision.HIGHEST if jnp.float32 in (x.dtype, w.dtype) else None",
+            f"    out = {fn}(rows, w[None], jnp.full((1,), rows.shape[0], jnp.int32), out_dtype=out_dtype, precision=hp)",
             "    return out.reshape(*x.shape[:-1], w.shape[1])"]
 
 

@@ -156,17 +156,17 @@ def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod") -> list[st
     kernel cannot close over arrays, so a computed number is a side too, one element)."""
     m0 = mods[0]
     params = ["s"] + [f"t{j}" for j in range(len(m0.sides))]
-    programs = []
+    programs, held = [], []
     for m in mods:
         for j, x in enumerate([m.scores, *m.sides]):
+            held.append((x, x.arg))  # a side may be a task input itself: its index is put back
             x.arg = j
         programs.append(Program([m.scores, *m.sides], [_scalar_consts(op) for op in m.ops], [m.out]))
     try:
         body, outs = ir.render(programs, probes, params)
     finally:
-        for m in mods:
-            for x in [m.scores, *m.sides]:
-                x.arg = None
+        for x, arg in reversed(held):
+            x.arg = arg
     lines = [f"def {fn}({', '.join(params)}):"]
     for j, base in enumerate(m0.bases):
         kind = np.dtype(base.dtype)
