@@ -505,3 +505,22 @@ def test_integer_inputs_are_drawn_within_their_dtype():
         assert w.dtype == np.int8 and 0 <= w.min() and w.max() <= 127
     with pytest.raises(TaskError, match="does not fit int8"):
         callable_task(f, [((8, 256), "float32"), ((256, 256), "int8")], inits={"w": {"kind": "randint", "high": 1000}})
+
+
+def test_an_output_narrower_than_the_inputs_is_compared_at_its_own_precision():
+    """float32 in, bfloat16 out (a matmul cast down): one bfloat16 rounding step apart is not wrong; per output."""
+    import jax.numpy as jnp
+
+    from mk.loaders.callable import callable_task
+
+    def down(x, w):
+        return (x @ w).astype(jnp.bfloat16)
+
+    task, _ = callable_task(down, [((64, 32), "float32"), ((32, 16), "float32")])
+    assert (task.tolerance.atol, task.tolerance.rtol) == (2e-2, 1e-2)
+
+    def both(x):
+        return x * 2, x.astype(jnp.bfloat16)
+
+    task, _ = callable_task(both, [((64, 32), "float32")])
+    assert task.tolerance.for_output(0) == (1e-4, 1e-4) and task.tolerance.for_output(1) == (2e-2, 1e-2)

@@ -193,3 +193,90 @@ def test_a_reduction_on_the_scores_is_not_a_modification():
     made = OfflineAuthor().propose(task, "tpu")
     assert not [p for p in made.proposals if p.template == "mla"]
     assert "not elementwise" in made.declined["mla"]
+
+
+# --- found by a kernel engineer who attacked this path (2026-12-07): each was wrong, or crashed, before its fix -----
+
+
+def _kernel_calls():
+    from mk.kernels.flash_attention import SCHEDULES
+
+    return [(target, fn) for tpu, gpu in SCHEDULES.values() for target, fn in (("tpu", tpu), ("gpu", gpu))]
+
+
+@pytest.mark.parametrize("fill", [float(np.finfo(np.float32).min), -np.inf])
+def test_a_wholly_masked_row_is_what_softmax_makes_it(fill):
+    """A fill below the kernels' -1e30 (finfo.min) on a row masked wholly: softmax makes it uniform (the mean of v);
+    the kernels gave NaN (their running max started at -1e30), and Triton's padded keys (Sk = 200) won the row.
+    With -inf everywhere softmax gives NaN, and so must the kernel."""
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 2, 128, 64)), jnp.float32) for _ in range(3))
+    k, v = k[:, :, :100].repeat(2, axis=2), v[:, :, :100].repeat(2, axis=2)  # Sk = 200: Triton pads it
+    keep = np.ones((2, 1, 1, 200), np.float32)
+    keep[1] = 0.0  # batch 1 masked wholly
+
+    def mod(s, t):
+        return jnp.where(t != 0, s * 0.125, fill)
+
+    ref = jax.nn.softmax(mod(jnp.einsum("bhqd,bhkd->bhqk", q, k), jnp.asarray(keep)), axis=-1)
+    want = np.asarray(jnp.einsum("bhqk,bhkd->bhqd", ref, v))
+    for target, fn in _kernel_calls():
+        with get_target(target).execution():
+            got = np.asarray(fn(q, k, v, (jnp.asarray(keep),), scale=1.0, causal=False, mod=mod))
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{target} {fn.__name__}")
+        np.testing.assert_allclose(got[0], want[0], atol=1e-4, rtol=1e-4, err_msg=f"{target} {fn.__name__}")
+        if np.isfinite(fill):
+            np.testing.assert_allclose(got[1], want[1], atol=1e-4, rtol=1e-4, err_msg=f"{target} {fn.__name__}")
+
+
+def test_a_mask_input_shaped_like_the_scores_is_written():
+    """A (B, H, S, S) mask input is a side as it is; writing it cleared its input index (a TypeError in mk.optimize)."""
+    def full_mask(q, k, v, m):
+        s = jnp.where(m, jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125, -1e9)
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+    task = task_from_callable(full_mask, scales={"ci": [BHSD] * 3 + [((1, 2, 128, 128), "bool")]}, name="full_mask")
+    props = [p for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "mla"]
+    assert props
+    _check(task, props[0].source, "tpu")
+
+
+def test_a_mask_reshaped_at_a_batch_of_one_runs_at_other_batches():
+    """keep.reshape(b, 1, 1, s) authored at B = 1 was written with a literal 1 for the batch: other batches crashed."""
+    def padded(q, k, v, keep):
+        b, s = keep.shape
+        sc = jnp.where(keep.reshape(b, 1, 1, s), jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125, -1e9)
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(sc, axis=-1), v)
+
+    task = task_from_callable(padded, scales={"ci": [BHSD] * 3 + [((1, 128), "bool")]}, name="padded")
+    src = next(p.source for p in OfflineAuthor().propose(task, "tpu").proposals if p.template == "mla")
+    ns: dict = {}
+    exec(compile(src, "candidate", "exec"), ns)  # noqa: S102 - the written kernel under test
+    rng = np.random.default_rng(1)
+    q, k, v = (jnp.asarray(rng.normal(size=(3, 2, 128, 64)), jnp.float32) for _ in range(3))
+    keep = jnp.asarray(rng.integers(0, 2, size=(3, 128)).astype(bool))
+    with get_target("tpu").execution():
+        got = np.asarray(jax.jit(ns["kernel"])(q, k, v, keep))
+    np.testing.assert_allclose(got, np.asarray(padded(q, k, v, keep)), atol=1e-4, rtol=1e-4)
+
+
+def test_a_window_wider_than_the_authoring_sequence_is_not_causal():
+    """A 256-key window at S = 128 is causal there and only there: the plain template wrote it causal (off by 0.45
+    at S = 512); the mask is now checked at every size the probes traced, and the attention core writes it."""
+    def wide(q, k, v):
+        i, j = jnp.arange(q.shape[2])[:, None], jnp.arange(k.shape[2])[None, :]
+        s = jnp.where((j <= i) & (j > i - 256), jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125, -1e30)
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+    task = task_from_callable(wide, scales={"ci": [BHSD] * 3}, name="wide")
+    made = OfflineAuthor().propose(task, "tpu")
+    assert "not at every size traced" in made.declined["attention"]
+    src = next(p.source for p in made.proposals if p.template == "mla")
+    assert "mod=_score_mod" in src
+    ns: dict = {}
+    exec(compile(src, "candidate", "exec"), ns)  # noqa: S102 - the written kernel under test
+    rng = np.random.default_rng(2)
+    q, k, v = (jnp.asarray(rng.normal(size=(1, 1, 512, 64)), jnp.float32) for _ in range(3))
+    with get_target("tpu").execution():
+        got = np.asarray(jax.jit(ns["kernel"])(q, k, v))
+    np.testing.assert_allclose(got, np.asarray(wide(q, k, v)), atol=1e-4, rtol=1e-4)

@@ -179,6 +179,20 @@ def plain_ops(prog: Program, i1: int, i2: int, extra: frozenset[str]) -> None:
                           "or a bias")
 
 
+def same_mask_everywhere(probes, causal: bool) -> None:
+    """Decline a mask that is the kernel's causal (or no) mask at the probed size only: a sliding window wider than the
+    authoring sequence is causal there. The mask is evaluated at every size the probes traced."""
+    from mk.author import score_mod
+
+    for t in probes.traces:
+        prog = from_jaxpr(t.jaxpr)
+        dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
+        if not score_mod.keeps(score_mod.find(prog, dots[0], dots[1]), causal):
+            raise Unsupported(f"the mask on the scores is {'causal' if causal else 'none'} at the probed size but not "
+                              "at every size traced (a window wider than that sequence, an offset): the flash-attention "
+                              "template has only its causal flag")
+
+
 def _causal(task: Task, scale_name: str, pat: AttentionPattern, bias_of=None, what: str = "softmax attention") -> bool:
     """Probe the reference on a float32 copy of a random case: True when it is causal attention, False when full.
 
@@ -246,6 +260,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
         raise Unsupported("the scores are masked, but not causally: the template has no general mask")
     score_dtype = _score_dtype(_scores_dtype(prog, prog.ops[dots[0]]))
     probes = probes_for(task, traced)
+    same_mask_everywhere(probes, causal)
     scale_expr = _scale_expr(probes, pat, prog.ops[dots[0]].out.dtype)
     kind = f"{'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale {scale_expr}"
     return [Proposal(name=f"flash-attention-{target}" + ("" if schedule == "online" else f"-{schedule}"),

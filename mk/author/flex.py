@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mk.author import attention
+from mk.author import attention, score_mod
 from mk.author.emit import Unsupported
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.probe import probes_for
@@ -66,9 +66,7 @@ def _chain(v: Val, prod: dict[int, Op]) -> tuple[int, list[str]]:
             src, dst = [d for d in x.shape if d != 1], [d for d in v.shape if d != 1]
             if src != dst:
                 raise Unsupported("the score bias is reshaped across axes")
-            it = iter(i for i, d in enumerate(x.shape) if d != 1)
-            parts = ["1" if d == 1 else f"bias.shape[{next(it)}]" for d in v.shape]
-            steps.append(f"bias = bias.reshape(({', '.join(parts)}{',' if len(parts) == 1 else ''}))")
+            steps.append(score_mod.size_one_reshape(x.shape, v.shape, "bias"))
         else:
             raise Unsupported(f"the score bias is computed by {op.prim!r}: the kernel takes an input bias")
         v = x
@@ -140,6 +138,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
         raise Unsupported("the scores are masked, but not causally: the kernel has no general mask")
     score_dtype = attention._score_dtype(attention._scores_dtype(prog, prog.ops[dots[0]]))
     probes = probes_for(task, traced)
+    attention.same_mask_everywhere(probes, causal)
     scale_expr = attention._scale_expr(probes, pat, prog.ops[dots[0]].out.dtype)
     name = task.args[arg].name
     kind = f"{'causal' if causal else 'full'}, {'GQA' if pat.group > 1 else 'MHA'}, scale {scale_expr}, + {name}"

@@ -414,7 +414,8 @@ def propose(task: Task, traced: list[Traced], target: str) -> list[Proposal]:
         stand_in = _body(task, cores, probes, names, "_core", scale_expr, "", False)
         try:
             causal = _check(task, scale_name, stand_in, probes.used(*stand_in), (True, False))
-            modded = False
+            modded = not all(score_mod.keeps(c.mod, causal) for c in cores)
+            why = "its mask is not the kernel's causal or full one at every size traced" if modded else ""
         except Unsupported as exc:
             why = str(exc)
     if modded:

@@ -20,7 +20,7 @@ against the reference on probe inputs and declines when they differ.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,14 +40,15 @@ class ScoreMod:
     out: Val  # the operand of the softmax's row max
     sides: list[Val]  # score-shaped values from outside the scores that ``ops`` read
     bases: list[Val]  # each side before its broadcasts and size-1 reshapes
-    steps: list[list[str]]  # per side: lines turning ``x`` (its base) into a rank-4 broadcastable array
+    steps: list[list[str]]  # per side: lines turning ``x`` (its base) into an array broadcastable to the scores
+    producers: dict[int, Op] = field(default_factory=dict)  # the program's op making each value (by id)
 
     def plain(self, inputs: set[int], prod: dict[int, Op]) -> bool:
         """Only a scale, casts and masks made without the inputs (causal): the kernel's scale and causal flag."""
         return {op.prim for op in self.ops} <= _PLAIN and not any(_derives(b, inputs, prod) for b in self.bases)
 
-    def key(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
-        return tuple(op.prim for op in self.ops), tuple(len(s) for s in self.steps)
+    def key(self) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+        return tuple(op.prim for op in self.ops), tuple(tuple(s) for s in self.steps)
 
 
 def _derives(v: Val, roots: set[int], prod: dict[int, Op]) -> bool:
@@ -103,12 +104,12 @@ def find(prog: Program, i1: int, i2: int) -> ScoreMod:
         bases.append(base)
         steps.append(lines)
     ops = [Op(op.prim, [uniform.get(id(x), x) for x in op.ins], op.params, op.out, op.bind) for op in ops]
-    return ScoreMod(scores, ops, out, kept, bases, steps)
+    return ScoreMod(scores, ops, out, kept, bases, steps, prod)
 
 
 def _compact(v: Val, prod: dict[int, Op], rank: int) -> tuple[Val, list[str]]:
-    """(the value before ``v``'s broadcasts and size-1 reshapes, lines turning ``x`` (that value) into a rank-4
-    array with size-1 axes where ``v`` is broadcast)."""
+    """(the value before ``v``'s broadcasts and size-1 reshapes, lines turning ``x`` (that value) into an array of the
+    scores' rank with size-1 axes where ``v`` is broadcast)."""
     steps: list[str] = []
     while v.arg is None and id(v) in prod:
         op = prod[id(v)]
@@ -123,9 +124,7 @@ def _compact(v: Val, prod: dict[int, Op], rank: int) -> tuple[Val, list[str]]:
         elif op.prim == "convert_element_type" and x.is_const:  # a fill value cast to the scores' dtype
             return ir.const_val(x.const, (), op.out.dtype), []
         elif op.prim == "reshape" and [d for d in x.shape if d != 1] == [d for d in v.shape if d != 1]:
-            it = iter(i for i, d in enumerate(x.shape) if d != 1)
-            parts = ["1" if d == 1 else f"x.shape[{next(it)}]" for d in v.shape]
-            steps.append(f"x = x.reshape(({', '.join(parts)}{',' if len(parts) == 1 else ''}))")
+            steps.append(size_one_reshape(x.shape, v.shape))
         else:
             break
         v = x
@@ -138,12 +137,27 @@ def _compact(v: Val, prod: dict[int, Op], rank: int) -> tuple[Val, list[str]]:
     return v, steps
 
 
+def size_one_reshape(src: tuple[int, ...], dst: tuple[int, ...], x: str = "x") -> str:
+    """A reshape that only inserts or drops size-1 axes, written over ``x``'s own sizes: each target axis takes the
+    next source axis of its size (a batch of 1 at the authoring size is ``x.shape[0]``, not a literal 1)."""
+    parts, i = [], 0
+    for d in dst:
+        while i < len(src) and src[i] == 1 and d != 1:
+            i += 1  # a dropped size-1 axis
+        if i < len(src) and src[i] == d:
+            parts.append(f"{x}.shape[{i}]")
+            i += 1
+        else:
+            parts.append("1")
+    return f"{x} = {x}.reshape(({', '.join(parts)}{',' if len(parts) == 1 else ''}))"
+
+
 def side_lines(mod: ScoreMod, names: list[str], out: list[str]) -> list[str]:
     """Kernel-body lines making each side (its base is the prefix value ``names[j]``) into ``out[j]``."""
     lines = []
-    for base, steps, name, dst in zip(mod.bases, mod.steps, names, out):
+    for j, (name, dst) in enumerate(zip(names, out)):
         lines.append(f"x = {name}")
-        lines += steps
+        lines += mod.steps[j]
         if len(mod.scores.shape) == 3:  # (batch, query, key) scores: the kernels' one head
             lines.append("x = jnp.expand_dims(x, 1)")
         lines.append(f"{dst} = x")
@@ -185,3 +199,54 @@ def _scalar_consts(op: Op) -> Op:
     """``op`` with its uniform array constants as scalars: the ops run on 2-D tiles, not score-shaped arrays."""
     ins = [ir.const_val(x.const, (), x.dtype) if x.is_const and x.shape else x for x in op.ins]
     return Op(op.prim, ins, op.params, op.out, op.bind)
+
+
+def keeps(mod: ScoreMod, causal: bool) -> bool:
+    """Whether the masks of a plain modification (made without the inputs) keep exactly the scores the kernel's causal
+    flag keeps (key j for query i when j <= i; every key when not causal), evaluated at this trace's sizes: a window
+    wider than the authoring sequence looks causal there, and only there."""
+    kept = np.ones(mod.scores.shape[-2:], bool)
+    for op in mod.ops:
+        if op.prim != "select_n" or len(op.ins) != 3 or op.ins[0].is_const:
+            continue
+        pred = np.broadcast_to(np.asarray(_evaluate(op.ins[0], mod)), mod.scores.shape)
+        on = 2 if _on_scores(op.ins[2], op.ins[1], mod) else 1
+        keep = pred if on == 2 else ~pred
+        if not all((keep == keep.reshape(-1, *keep.shape[-2:])[0]).ravel()):
+            return False  # differs across batch or heads: not the kernel's mask
+        kept &= keep.reshape(-1, *keep.shape[-2:])[0]
+    rows, cols = np.indices(kept.shape)
+    return bool(np.array_equal(kept, cols <= rows) if causal else kept.all())
+
+
+def _on_scores(a: Val, b: Val, mod: ScoreMod) -> bool:
+    """Whether ``a`` (not ``b``) carries the scores."""
+    made = {id(mod.scores)} | {id(op.out) for op in mod.ops}
+    return id(a) in made and id(b) not in made
+
+
+def _evaluate(v: Val, mod: ScoreMod) -> Any:
+    """The value of a mask made without the inputs (iota, comparisons, broadcasts), computed from its jaxpr ops."""
+    prod: dict[int, Op] = {}
+    stack = [v]
+    while stack:  # the ops that make v (a mask of the plain path reads no input)
+        cur = stack.pop()
+        op = mod.producers.get(id(cur))
+        if op is None or id(op.out) in prod:
+            continue
+        prod[id(op.out)] = op
+        stack.extend(op.ins)
+    done: dict[int, Any] = {}
+
+    def value(x: Val) -> Any:
+        if x.is_const:
+            return np.full(x.shape, x.const, x.dtype)
+        if id(x) not in done:
+            op = prod.get(id(x))
+            if op is None:
+                raise Unsupported("a mask on the scores reads a value it does not make")
+            done[id(x)] = op.bind.bind(*(value(i) for i in op.ins), **op.params)
+        return done[id(x)]
+
+    return value(v)
+

@@ -305,7 +305,7 @@ def callable_task(
         spec = dataclasses.replace(spec, flat=True, static_as_kwargs=True)
     elif statics and not spec.static_as_kwargs and not spec.positional and not _statics_follow(spec):
         spec = dataclasses.replace(spec, static_as_kwargs=True)  # fn(*inputs, *static) would bind them wrongly
-    default_tol = common.default_tolerance([a.dtype for a in args])
+    default_tol = _default_tolerance(spec, args, scale_objs[default], statics)
     tolerance = Tolerance(
         atol=common.parse_tol(atol, "atol", None) if atol is not None else default_tol.atol,
         rtol=common.parse_tol(rtol, "rtol", None) if rtol is not None else default_tol.rtol,
@@ -575,6 +575,30 @@ def _flat_output(spec: CallSpec, args: Sequence[ArgSpec], scale: Scale, statics:
     except Exception:  # noqa: BLE001 - _check reports a reference that cannot be traced
         return True
     return flat_outputs(out) is out
+
+
+def _default_tolerance(spec: CallSpec, args: Sequence[ArgSpec], scale: Scale, statics: Sequence[StaticArg]
+                       ) -> Tolerance:
+    """The dtype default (:func:`mk.loaders.common.default_tolerance`) of the inputs and each output: an output in a
+    narrower float than the inputs (float32 in, bfloat16 out) is compared at its own precision, one tolerance per
+    output where they differ."""
+    import jax
+
+    from mk.task import np_dtype
+
+    inputs = [a.dtype for a in args]
+    structs = [jax.ShapeDtypeStruct(tuple(s), np_dtype(a.dtype)) for a, s in zip(args, scale.shapes or ())]
+    values = {s.name: scale.static.get(s.name, s.value) for s in statics}
+    try:
+        out = jax.eval_shape(lambda *leaves: spec.fn(*spec.user_arguments(leaves, values)[0],
+                                                     **spec.user_arguments(leaves, values)[1]), *structs)
+    except Exception:  # noqa: BLE001 - _check reports a reference that cannot be traced
+        return common.default_tolerance(inputs)
+    outs = [dtype_name(leaf.dtype) for leaf in jax.tree_util.tree_leaves(out)]
+    tols = [common.default_tolerance(inputs + [o]) for o in outs] or [common.default_tolerance(inputs)]
+    if all((t.atol, t.rtol) == (tols[0].atol, tols[0].rtol) for t in tols):
+        return tols[0]
+    return Tolerance(atol=tuple(float(t.atol) for t in tols), rtol=tuple(float(t.rtol) for t in tols))
 
 
 def computation_hash(spec: CallSpec, args: Sequence[ArgSpec], scales: Mapping[str, Scale]) -> str | None:

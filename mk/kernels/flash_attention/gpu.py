@@ -42,6 +42,18 @@ def _hp(*xs):
 _MASKED = -1e30
 
 
+def _start(mod):
+    """The running max a row starts from: -inf under a score mod, whose fills may lie below _MASKED
+    (``finfo.min``): a row they mask wholly is then uniform over its keys, as softmax makes it; -inf everywhere
+    stays NaN, as softmax makes it."""
+    return _MASKED if mod is None else -jnp.inf
+
+
+def _shift(m):
+    """The max subtracted before exp: 0 while a row has seen only -inf (exp(-inf - -inf) would be NaN)."""
+    return jnp.where(m == -jnp.inf, 0.0, m)
+
+
 def _fa_block(n, want):
     """(block, padded n): the largest power of two >= 16 and at most want dividing n; when none does, a power of
     two block (at most want) with n padded to a multiple of it."""
@@ -111,7 +123,10 @@ def _score_fn(q, k_ref, b_refs, *, qi, scale, causal, score_dtype, block_q, bloc
             rows = qi * block_q + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
             cols = start + lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
             keep = cols < kv_len  # padded keys
-            s = jnp.where((keep & (cols <= rows)) if causal else keep, s, _MASKED)
+            if causal:
+                s = jnp.where(keep & (cols <= rows), s, _MASKED)
+            else:  # padded keys: below any fill a score mod writes, so a row it masks wholly stays its own
+                s = jnp.where(keep, s, _MASKED if mod is None else -jnp.inf)
         return s, start
 
     return scores
@@ -137,15 +152,15 @@ def _one_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
         s, start = scores(j, masked)
         v = v_ref[pl.ds(start, block_k), :]
         m_new = jnp.maximum(m, jnp.max(s, axis=1))
-        alpha = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new[:, None])
+        alpha = jnp.exp(m - _shift(m_new))
+        p = jnp.exp(s - _shift(m_new)[:, None])
         l = alpha * l + jnp.sum(p, axis=1)
         acc = alpha[:, None] * acc + lax.dot_general(
             p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
         return m_new, l, acc
 
     n_full, n_end = _ranges(qi, causal=causal, block_q=block_q, block_k=block_k, nk=nk, kv_len=kv_len)
-    carry = (jnp.full((block_q,), _MASKED, jnp.float32), jnp.zeros((block_q,), jnp.float32),
+    carry = (jnp.full((block_q,), _start(mod), jnp.float32), jnp.zeros((block_q,), jnp.float32),
              jnp.zeros((block_q, v_ref.shape[1]), jnp.float32))
     carry = lax.fori_loop(0, n_full, functools.partial(step, masked=False), carry)
     carry = lax.fori_loop(n_full, n_end, functools.partial(step, masked=True), carry)
@@ -164,10 +179,10 @@ def _two_pass_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, kv
         m, l = carry
         s, _ = scores(j, masked)
         m_new = jnp.maximum(m, jnp.max(s, axis=1))
-        return m_new, jnp.exp(m - m_new) * l + jnp.sum(jnp.exp(s - m_new[:, None]), axis=1)
+        return m_new, jnp.exp(m - _shift(m_new)) * l + jnp.sum(jnp.exp(s - _shift(m_new)[:, None]), axis=1)
 
     n_full, n_end = _ranges(qi, causal=causal, block_q=block_q, block_k=block_k, nk=nk, kv_len=kv_len)
-    carry = (jnp.full((block_q,), _MASKED, jnp.float32), jnp.zeros((block_q,), jnp.float32))
+    carry = (jnp.full((block_q,), _start(mod), jnp.float32), jnp.zeros((block_q,), jnp.float32))
     carry = lax.fori_loop(0, n_full, functools.partial(stats, masked=False), carry)
     m, l = lax.fori_loop(n_full, n_end, functools.partial(stats, masked=True), carry)
     inv = 1.0 / l

@@ -44,6 +44,18 @@ def _hp(*xs):
 _MASKED = -1e30
 
 
+def _start(mod):
+    """The running max a row starts from: -inf under a score mod, whose fills may lie below _MASKED
+    (``finfo.min``): a row they mask wholly is then uniform over its keys, as softmax makes it; -inf everywhere
+    stays NaN, as softmax makes it."""
+    return _MASKED if mod is None else -jnp.inf
+
+
+def _shift(m):
+    """The max subtracted before exp: 0 while a row has seen only -inf (exp(-inf - -inf) would be NaN)."""
+    return jnp.where(m == -jnp.inf, 0.0, m)
+
+
 def _fa_block(n, want, quantum):
     """The largest multiple of quantum dividing n and at most want; n itself (one block spanning the axis,
     always a legal block shape) when there is none."""
@@ -115,7 +127,7 @@ def _grid_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, n_side
 
     @pl.when(ki == 0)
     def _init():
-        m_ref[...] = jnp.full(m_ref.shape, _MASKED, jnp.float32)
+        m_ref[...] = jnp.full(m_ref.shape, _start(mod), jnp.float32)
         l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
@@ -129,8 +141,8 @@ def _grid_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, n_side
             s = jnp.where(cols <= rows, s, _MASKED)
         m_prev = m_ref[...]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-        alpha = jnp.exp(m_prev - m_new)
-        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m_prev - _shift(m_new))
+        p = jnp.exp(s - _shift(m_new))
         l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
         acc_ref[...] = alpha * acc_ref[...] + lax.dot_general(
             p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
@@ -198,14 +210,14 @@ def _loop_kernel(*refs, scale, causal, score_dtype, block_q, block_k, nk, n_side
             cols = start + lax.broadcasted_iota(jnp.int32, s.shape, 1)
             s = jnp.where(cols <= rows, s, _MASKED)
         m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
-        alpha = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m - _shift(m_new))
+        p = jnp.exp(s - _shift(m_new))
         l = alpha * l + jnp.sum(p, axis=1, keepdims=True)
         acc = alpha * acc + lax.dot_general(
             p.astype(v.dtype), v, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32, precision=_hp(p.astype(v.dtype), v))
         return m_new, l, acc
 
-    carry = (jnp.full((block_q, 1), _MASKED, jnp.float32), jnp.zeros((block_q, 1), jnp.float32),
+    carry = (jnp.full((block_q, 1), _start(mod), jnp.float32), jnp.zeros((block_q, 1), jnp.float32),
              jnp.zeros((block_q, v_ref.shape[3]), jnp.float32))
     if causal:  # blocks wholly at or below the diagonal unmasked, the ones it crosses masked, the rest never read
         n_full = jnp.minimum((qi * block_q + 1) // block_k, nk)
