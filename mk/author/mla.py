@@ -295,7 +295,7 @@ def _body(task: Task, cores: list[Core], probes, names: list[str], fn: str, scal
     if modded:
         sides = [f"_side{j}" for j in range(len(c0.mod.sides))]
         lines += [*score_mod.side_lines(c0.mod, bases, sides),
-                  *score_mod.render([c.mod for c in cores], probes),
+                  *score_mod.render([c.mod for c in cores], probes, wide=fn == "_core"),  # the check's stand-in
                   f"_out = {fn}(_q, _k, _v, ({''.join(x + ', ' for x in sides)}), scale=1.0, causal=False, "
                   f"score_dtype=None, mod=_score_mod{config_call})"]
     else:

@@ -164,10 +164,12 @@ def side_lines(mod: ScoreMod, names: list[str], out: list[str]) -> list[str]:
     return lines
 
 
-def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod") -> list[str]:
+def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod", wide: bool = False) -> list[str]:
     """``def _score_mod(s, t0, ...)``: one score tile (float32, as the kernel's product gives it) and the side tiles
     in, the scores the softmax sees out; a nested function of ``kernel`` (its constants may read the sizes; a Pallas
-    kernel cannot close over arrays, so a computed number is a side too, one element)."""
+    kernel cannot close over arrays, so a computed number is a side too, one element). ``wide``: every 16-bit float
+    step in float32 instead (the recogniser checks the structure against the reference run on float32 copies, where
+    the reference rounds nothing; the kernel's rounding is the judge's to compare)."""
     m0 = mods[0]
     params = ["s"] + [f"t{j}" for j in range(len(m0.sides))]
     programs, held = [], []
@@ -175,7 +177,7 @@ def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod") -> list[st
         for j, x in enumerate([m.scores, *m.sides]):
             held.append((x, x.arg))  # a side may be a task input itself: its index is put back
             x.arg = j
-        programs.append(Program([m.scores, *m.sides], [_scalar_consts(op) for op in m.ops], [m.out]))
+        programs.append(Program([m.scores, *m.sides], [_scalar_consts(op, wide) for op in m.ops], [m.out]))
     try:
         body, outs = ir.render(programs, probes, params)
     finally:
@@ -188,17 +190,27 @@ def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod") -> list[st
             lines.append(f"    t{j} = t{j} != 0")
         elif np.issubdtype(kind, np.integer):
             lines.append(f"    t{j} = t{j}.astype({dtype_expr(kind)})")
-    if np.dtype(m0.scores.dtype) != np.float32:
+    if np.dtype(m0.scores.dtype) != np.float32 and not wide:
         lines.append(f"    s = s.astype({dtype_expr(m0.scores.dtype)})")
     lines += [f"    {line}" for line in body]
     lines.append(f"    return {outs[0]}")
     return lines
 
 
-def _scalar_consts(op: Op) -> Op:
-    """``op`` with its uniform array constants as scalars: the ops run on 2-D tiles, not score-shaped arrays."""
-    ins = [ir.const_val(x.const, (), x.dtype) if x.is_const and x.shape else x for x in op.ins]
-    return Op(op.prim, ins, op.params, op.out, op.bind)
+def _narrow(dtype: Any) -> bool:
+    return bool(np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize < 4)
+
+
+def _scalar_consts(op: Op, wide: bool = False) -> Op:
+    """``op`` with its uniform array constants as scalars: the ops run on 2-D tiles, not score-shaped arrays; ``wide``:
+    16-bit floats (casts, constants) as float32."""
+    f32 = np.dtype(np.float32)
+    ins = [ir.const_val(x.const, (), f32 if wide and _narrow(x.dtype) else x.dtype) if x.is_const and (
+        x.shape or (wide and _narrow(x.dtype))) else x for x in op.ins]
+    params = op.params
+    if wide and op.prim == "convert_element_type" and _narrow(params["new_dtype"]):
+        params = {**params, "new_dtype": f32}
+    return Op(op.prim, ins, params, op.out, op.bind)
 
 
 def keeps(mod: ScoreMod, causal: bool) -> bool:
