@@ -167,9 +167,11 @@ def side_lines(mod: ScoreMod, names: list[str], out: list[str]) -> list[str]:
 def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod", wide: bool = False) -> list[str]:
     """``def _score_mod(s, t0, ...)``: one score tile (float32, as the kernel's product gives it) and the side tiles
     in, the scores the softmax sees out; a nested function of ``kernel`` (its constants may read the sizes; a Pallas
-    kernel cannot close over arrays, so a computed number is a side too, one element). ``wide``: every 16-bit float
-    step in float32 instead (the recogniser checks the structure against the reference run on float32 copies, where
-    the reference rounds nothing; the kernel's rounding is the judge's to compare)."""
+    kernel cannot close over arrays, so a computed number is a side too, one element). Arithmetic runs in float32:
+    a 16-bit step (the reference's bf16 scores, its scale in bf16) is its float32 result rounded to that dtype, which
+    is what the 16-bit operation gives (Triton has no bf16 division, a v5e no bf16 vector unit). ``wide``: nothing
+    rounded (the recogniser checks the structure against the reference run on float32 copies, where the reference
+    rounds nothing; the kernel's rounding is the judge's to compare)."""
     m0 = mods[0]
     params = ["s"] + [f"t{j}" for j in range(len(m0.sides))]
     programs, held = [], []
@@ -177,7 +179,7 @@ def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod", wide: bool
         for j, x in enumerate([m.scores, *m.sides]):
             held.append((x, x.arg))  # a side may be a task input itself: its index is put back
             x.arg = j
-        programs.append(Program([m.scores, *m.sides], [_scalar_consts(op, wide) for op in m.ops], [m.out]))
+        programs.append(Program([m.scores, *m.sides], [_scalar_consts(op) for op in m.ops], [m.out]))
     try:
         body, outs = ir.render(programs, probes, params)
     finally:
@@ -190,25 +192,31 @@ def render(mods: list[ScoreMod], probes: Any, fn: str = "_score_mod", wide: bool
             lines.append(f"    t{j} = t{j} != 0")
         elif np.issubdtype(kind, np.integer):
             lines.append(f"    t{j} = t{j}.astype({dtype_expr(kind)})")
-    if np.dtype(m0.scores.dtype) != np.float32 and not wide:
-        lines.append(f"    s = s.astype({dtype_expr(m0.scores.dtype)})")
-    lines += [f"    {line}" for line in body]
+    if _narrow(m0.scores.dtype) and not wide:
+        lines.append(f"    s = s.astype({dtype_expr(m0.scores.dtype)}).astype(jnp.float32)")
+    for line, op in zip(body, m0.ops):  # ir.render writes one line per op, in order
+        lines.append(f"    {line}")
+        if _narrow(op.out.dtype) and not wide:
+            name = line.split(" = ", 1)[0]
+            lines.append(f"    {name} = {name}.astype({dtype_expr(op.out.dtype)}).astype(jnp.float32)")
     lines.append(f"    return {outs[0]}")
     return lines
 
 
 def _narrow(dtype: Any) -> bool:
-    return bool(np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize < 4)
+    """A float narrower than float32 (bfloat16, float16; numpy calls bfloat16 kind "V")."""
+    kind = np.dtype(dtype)
+    return bool(kind.itemsize < 4 and (kind.kind == "f" or kind.name.startswith(("bfloat", "float"))))
 
 
-def _scalar_consts(op: Op, wide: bool = False) -> Op:
-    """``op`` with its uniform array constants as scalars: the ops run on 2-D tiles, not score-shaped arrays; ``wide``:
-    16-bit floats (casts, constants) as float32."""
+def _scalar_consts(op: Op) -> Op:
+    """``op`` with its uniform array constants as scalars (the ops run on 2-D tiles; a 16-bit constant stays one, as
+    the reference rounds it, and promotes to float32 against a float32 tile) and its 16-bit casts as float32 ones
+    (:func:`render` rounds after each 16-bit op)."""
     f32 = np.dtype(np.float32)
-    ins = [ir.const_val(x.const, (), f32 if wide and _narrow(x.dtype) else x.dtype) if x.is_const and (
-        x.shape or (wide and _narrow(x.dtype))) else x for x in op.ins]
+    ins = [ir.const_val(x.const, (), x.dtype) if x.is_const and x.shape else x for x in op.ins]
     params = op.params
-    if wide and op.prim == "convert_element_type" and _narrow(params["new_dtype"]):
+    if op.prim == "convert_element_type" and _narrow(params["new_dtype"]):
         params = {**params, "new_dtype": f32}
     return Op(op.prim, ins, params, op.out, op.bind)
 
