@@ -29,20 +29,6 @@ from mk.task import Task
 from mk.targets import kernel_language
 
 
-def _derives(v: Val, root: Val, prod: dict[int, Op]) -> bool:
-    """Whether ``v`` is computed from ``root`` (through any ops)."""
-    stack, seen = [v], set()
-    while stack:
-        cur = stack.pop()
-        if cur is root:
-            return True
-        if id(cur) in seen or id(cur) not in prod:
-            continue
-        seen.add(id(cur))
-        stack.extend(prod[id(cur)].ins)
-    return False
-
-
 def _chain(v: Val, prod: dict[int, Op]) -> tuple[int, list[str]]:
     """(input index, lines turning ``bias`` (that input) into ``v``'s layout with its size-1 axes kept)."""
     steps: list[str] = []
@@ -82,7 +68,7 @@ def find_bias(prog: Program, pat: attention.AttentionPattern) -> tuple[int, list
     for op in prog.ops[dots[0] + 1:dots[1]]:
         if op.prim not in ("add", "add_any") or len(op.ins) != 2:
             continue
-        on_scores = [_derives(x, scores, prod) for x in op.ins]
+        on_scores = [score_mod.derives(x, {id(scores)}, prod) for x in op.ins]
         if on_scores.count(True) != 1:
             continue
         other = op.ins[on_scores.index(False)]
