@@ -10,14 +10,15 @@ import importlib
 import os
 from typing import Any
 
+from mk.home import home as _home  # standard library only: read before anything heavy
+
 __version__ = "0.1.0"
 
 # DSPy's response cache lives with mk's other state (MK_HOME, default ~/.mk), so reruns are predictable and one
 # folder holds everything mk keeps; set DSPY_CACHEDIR to put it elsewhere. DSPy reads it when it is first imported.
 # LiteLLM (DSPy's default client) would fetch a model price map from the network first; mk prices calls itself.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("DSPY_CACHEDIR", os.path.join(os.environ.get("MK_HOME") or os.path.join(os.path.expanduser("~"), ".mk"),
-                                                    "dspy-cache"))
+os.environ.setdefault("DSPY_CACHEDIR", str(_home() / "dspy-cache"))
 
 _LAZY = {
     "Task": "mk.task",

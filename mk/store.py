@@ -49,6 +49,7 @@ import duckdb
 
 from mk.errors import StoreError, StoreLocked
 from mk.migrations import migrate, pending
+from mk.home import home
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,7 @@ def default_path() -> Path:
     """The store path when none is given: ``$MK_DB``, ``$MK_HOME/mk.duckdb`` or ``~/.mk/mk.duckdb``."""
     if os.environ.get("MK_DB"):
         return Path(os.environ["MK_DB"]).expanduser()
-    if os.environ.get("MK_HOME"):
-        return Path(os.environ["MK_HOME"]).expanduser() / "mk.duckdb"
-    return Path.home() / ".mk" / "mk.duckdb"
+    return home() / "mk.duckdb"
 
 
 def resolve_path(path: str | os.PathLike[str] | None = None) -> Path | str:

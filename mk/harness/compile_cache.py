@@ -27,6 +27,7 @@ import re
 import tempfile
 from pathlib import Path
 from typing import Any
+from mk.home import home
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,7 @@ def folder() -> Path | None:
         return None
     if told:
         return Path(told).expanduser()
-    home = os.environ.get("MK_HOME") or os.path.join(os.path.expanduser("~"), ".mk")
-    return Path(home).expanduser() / "cache" / "compile"
+    return home() / "cache" / "compile"
 
 
 #: mk's own code that runs the compile and reads its answer (a fix there must not be hidden by an old entry)
