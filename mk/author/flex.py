@@ -20,6 +20,7 @@ import numpy as np
 
 from mk.author import attention, score_mod
 from mk.author.emit import Unsupported
+from mk.author import ir
 from mk.author.ir import Op, Program, Val, from_jaxpr
 from mk.author.probe import probes_for
 from mk.author.proposal import Proposal
@@ -68,7 +69,7 @@ def find_bias(prog: Program, pat: attention.AttentionPattern) -> tuple[int, list
     for op in prog.ops[dots[0] + 1:dots[1]]:
         if op.prim not in ("add", "add_any") or len(op.ins) != 2:
             continue
-        on_scores = [score_mod.derives(x, {id(scores)}, prod) for x in op.ins]
+        on_scores = [ir.derives(x, {id(scores)}, prod) for x in op.ins]
         if on_scores.count(True) != 1:
             continue
         other = op.ins[on_scores.index(False)]

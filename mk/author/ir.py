@@ -71,6 +71,15 @@ class Program:
     def producers(self) -> dict[int, Op]:
         return {id(op.out): op for op in self.ops}
 
+    def live(self) -> "Program":
+        """This program without the ops its outputs do not need."""
+        need, keep = {id(o) for o in self.outs}, []
+        for op in reversed(self.ops):
+            if id(op.out) in need:
+                keep.append(op)
+                need.update(id(x) for x in op.ins)
+        return Program(self.args, keep[::-1], self.outs)
+
     def cost(self) -> float:
         """A rough work estimate: flops of products and reductions, elements written otherwise."""
         total = 0.0
@@ -84,6 +93,21 @@ class Program:
             else:
                 total += op.out.size
         return total
+
+
+def derives(v: Val, roots: set[int], prod: dict[int, Op], memo: dict[int, bool] | None = None) -> bool:
+    """Whether ``v`` is computed from a value whose id is in ``roots`` (through any ops of ``prod``); ``memo`` keeps
+    the answers for one ``roots`` across calls."""
+    memo = {} if memo is None else memo
+    if id(v) in roots:
+        return True
+    if id(v) in memo:
+        return memo[id(v)]
+    op = prod.get(id(v))
+    memo[id(v)] = False
+    out = op is not None and any(derives(x, roots, prod, memo) for x in op.ins)
+    memo[id(v)] = out
+    return out
 
 
 def const_val(value: Any, shape: tuple[int, ...], dtype: Any) -> Val:

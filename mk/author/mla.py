@@ -50,18 +50,6 @@ from mk.task import Task
 from mk.targets import kernel_language, kernel_spec
 
 
-def _derives(v: Val, roots: set[int], prod: dict[int, Op], memo: dict[int, bool]) -> bool:
-    if id(v) in roots:
-        return True
-    if id(v) in memo:
-        return memo[id(v)]
-    op = prod.get(id(v))
-    memo[id(v)] = False
-    out = op is not None and any(_derives(x, roots, prod, memo) for x in op.ins)
-    memo[id(v)] = out
-    return out
-
-
 def _base(v: Val, prod: dict[int, Op]) -> tuple[Val, tuple[int, ...]]:
     """Follow casts and transposes back: (the value they start from, perm: v's axis i is its axis perm[i])."""
     perm = tuple(range(len(v.shape)))
@@ -91,7 +79,7 @@ class Core:
                 if d2 is d1 or prog.ops.index(d2) < prog.ops.index(d1) or len(d2.out.shape) != r:
                     continue
                 memo: dict[int, bool] = {}
-                from_s = [_derives(x, {id(d1.out)}, prod, memo) for x in d2.ins]
+                from_s = [ir.derives(x, {id(d1.out)}, prod, memo) for x in d2.ins]
                 if from_s.count(True) == 1:
                     pairs.append((d1, d2, from_s.index(True)))
         if len(pairs) != 1:
@@ -140,7 +128,7 @@ class Core:
         memo_s: dict[int, bool] = {}
         self.prefix, core = [], set()
         for k, op in enumerate(prog.ops):
-            if k < self.i1 or (k < self.i2 and not _derives(op.out, {id(d1.out)}, prod, memo_s)):
+            if k < self.i1 or (k < self.i2 and not ir.derives(op.out, {id(d1.out)}, prod, memo_s)):
                 self.prefix.append(op)
             elif k <= self.i2:
                 core.add(id(op.out))
@@ -251,16 +239,6 @@ def _heads(expr: str, rank: int) -> str:
     return expr if rank == 4 else f"jnp.expand_dims({expr}, 1)"
 
 
-def _live(prog: Program) -> Program:
-    """``prog`` without the ops its outputs do not need (the prefix also holds masks the kernel makes itself)."""
-    need, keep = {id(o) for o in prog.outs}, []
-    for op in reversed(prog.ops):
-        if id(op.out) in need:
-            keep.append(op)
-            need.update(id(x) for x in op.ins)
-    return Program(prog.args, keep[::-1], prog.outs)
-
-
 def _body(task: Task, cores: list[Core], probes, names: list[str], fn: str, scale_expr: str, config_call: str,
           modded: bool) -> list[str]:
     """The kernel function's body: the prefix, the core through ``fn``, the suffix. ``modded``: the scores go
@@ -268,7 +246,7 @@ def _body(task: Task, cores: list[Core], probes, names: list[str], fn: str, scal
     flag."""
     c0 = cores[0]
     n_sides = len(c0.mod.sides) if modded else 0
-    pre = [_live(Program(c.prog.args, c.prefix, [c.q, c.k, c.v, *c.carried, *(c.mod.bases if modded else [])]))
+    pre = [Program(c.prog.args, c.prefix, [c.q, c.k, c.v, *c.carried, *(c.mod.bases if modded else [])]).live()
            for c in cores]
     lines1, outs1 = render(pre, probes, names)
     qb, kb, vb = outs1[:3]

@@ -100,16 +100,11 @@ def _cse_key(op: Op) -> tuple:
 
 
 def _dce(prog: Program) -> bool:
-    live = {id(v) for v in prog.outs}
-    kept = []
-    for op in reversed(prog.ops):
-        if id(op.out) in live:
-            kept.append(op)
-            live.update(id(v) for v in op.ins)
+    kept = prog.live().ops
     dropped = len(prog.ops) - len(kept)
     if dropped:
         prog.fired.append("dead code")
-    prog.ops = list(reversed(kept))
+    prog.ops = kept
     return bool(dropped)
 
 

@@ -45,24 +45,10 @@ class ScoreMod:
 
     def plain(self, inputs: set[int], prod: dict[int, Op]) -> bool:
         """Only a scale, casts and masks made without the inputs (causal): the kernel's scale and causal flag."""
-        return {op.prim for op in self.ops} <= _PLAIN and not any(derives(b, inputs, prod) for b in self.bases)
+        return {op.prim for op in self.ops} <= _PLAIN and not any(ir.derives(b, inputs, prod) for b in self.bases)
 
     def key(self) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
         return tuple(op.prim for op in self.ops), tuple(tuple(s) for s in self.steps)
-
-
-def derives(v: Val, roots: set[int], prod: dict[int, Op]) -> bool:
-    """Whether ``v`` is computed from a value whose id is in ``roots`` (through any ops)."""
-    stack, seen = [v], set()
-    while stack:
-        cur = stack.pop()
-        if id(cur) in roots:
-            return True
-        if id(cur) in seen or id(cur) not in prod:
-            continue
-        seen.add(id(cur))
-        stack.extend(prod[id(cur)].ins)
-    return False
 
 
 def find(prog: Program, i1: int, i2: int) -> ScoreMod:
@@ -71,7 +57,7 @@ def find(prog: Program, i1: int, i2: int) -> ScoreMod:
     scores = prog.ops[i1].out
     root = {id(scores)}
     imax = next((k for k in range(i1 + 1, i2) if prog.ops[k].prim == "reduce_max"
-                 and derives(prog.ops[k].ins[0], root, prod)), None)
+                 and ir.derives(prog.ops[k].ins[0], root, prod)), None)
     if imax is None:
         raise Unsupported("no row max over the scores before the second product")
     if tuple(prog.ops[imax].params["axes"]) != (len(scores.shape) - 1,):
@@ -79,7 +65,7 @@ def find(prog: Program, i1: int, i2: int) -> ScoreMod:
     out = prog.ops[imax].ins[0]
     needed, ops = {id(out)}, []
     for op in reversed(prog.ops[i1 + 1:imax]):
-        if id(op.out) in needed and derives(op.out, root, prod):
+        if id(op.out) in needed and ir.derives(op.out, root, prod):
             ops.append(op)
             needed.update(id(x) for x in op.ins)
     ops.reverse()
