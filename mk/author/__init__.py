@@ -52,8 +52,9 @@ TEMPLATES = (
     ("triangle", "a computation around one batched matmul (AlphaFold's triangle update): the products no other product feeds as Pallas matmuls from mk/kernels/gmm, the rest in plain JAX", triangle),
     ("gmm", "grouped matmul over contiguous row groups, megablox-style (a batched matmul, or a scan over groups of "
      "dynamic row slabs); kernels from mk/kernels/gmm", gmm),
-    ("swiglu", "gated MLP (SwiGLU and other gates) with both up-projections, the gate and the down-projection fused; "
-     "kernels from mk/kernels/swiglu", swiglu),
+    ("swiglu", "MLP with the up-projection(s), the activation and the down-projection fused: gated (SwiGLU, GeGLU), "
+     "ungated (ReLU², GELU), a fused gate-up weight cut in halves, weights as (in, out) or (out, in); kernels from "
+     "mk/kernels/swiglu", swiglu),
     ("matmul", "tiled matmul with the reference's epilogue fused (bias, scale, residual, clamp, activations, group norms, window pooling), or split-K with the epilogue after it in XLA", matmul),
     ("rowwise", "row-wise kernels with whole rows per block (RMSNorm, LayerNorm, softmax, logsumexp, long elementwise chains)", rowwise),
 )

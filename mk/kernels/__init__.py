@@ -23,7 +23,8 @@ Families (``FAMILIES``; a test keeps it equal to the packages here):
 - :mod:`mk.kernels.ragged_paged_attention`: a batch mixing decode tokens and prefill chunks over combined K/V pages.
 - :mod:`mk.kernels.retention`: causal decayed retention with a row normaliser (RetNet, Mamba-2 SSD).
 - :mod:`mk.kernels.rowwise`: the whole-rows ``pallas_call`` skeleton, taking a block-local body.
-- :mod:`mk.kernels.swiglu`: the gated MLP with both up-projections and the down-projection fused.
+- :mod:`mk.kernels.swiglu`: the MLP (gated or not, a fused gate-up weight, (out, in) weights) with its
+  up-projection(s) and down-projection fused.
 """
 
 from __future__ import annotations

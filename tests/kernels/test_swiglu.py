@@ -114,3 +114,76 @@ def test_tpu_kernel_compiles_for_jaxbench_9p_at_full_within_the_chips_scoped_vme
     structs = [jax.ShapeDtypeStruct(s, bf16) for s in ((8192, 8192), (8192, 28672), (8192, 28672), (28672, 8192))]
     result = compiled(lambda *a: swiglu_tpu(*a), *structs, chip=chip)
     assert all(b <= result.limits["scoped_vmem_bytes"] for b in vmem(result)), result.kernels  # the chip's default
+
+
+# --- the other MLPs models write, through the same kernels (issue 25 item 1) ---------------------------------------
+
+def _layouts(m, e, f, d, dtype, halves, up_t, down_t, gated, seed=3):
+    x, wg, wu, wd = _inputs(m, e, f, d, dtype, seed=seed)
+    if halves:
+        wg, wu = jnp.concatenate([wg, wu], axis=1), None
+    elif not gated:
+        wu = None
+    if up_t:
+        wg, wu = wg.T, (None if wu is None else wu.T)
+    return x, wg, wu, (wd.T if down_t else wd)
+
+
+_SQ_RELU = lambda g: jnp.square(jax.nn.relu(g))  # noqa: E731 - Primer's squared ReLU
+_GELU = lambda g, u: jax.nn.gelu(g) * u  # noqa: E731
+
+
+@pytest.mark.parametrize("target,shape,dtype,cfg", [
+    ("tpu", (48, 128, 256, 128), jnp.float32, Config(block_m=16, block_f=128)),
+    ("tpu", (32, 128, 96, 64), jnp.float32, Config(block_m=16, block_f=128)),  # F not a multiple of 128
+    ("gpu", (40, 48, 100, 24), jnp.float32, Config(block_m=16, block_f=32, block_n=16)),  # padded everywhere
+])
+@pytest.mark.parametrize("halves,up_t,down_t,gated", [
+    (False, False, False, False), (True, False, False, True), (True, True, True, True), (False, True, True, False),
+    (False, True, False, True)])
+def test_other_mlps_match_the_reference(target, shape, dtype, cfg, halves, up_t, down_t, gated):
+    m, e, f, d = shape
+    args = _layouts(m, e, f, d, dtype, halves, up_t, down_t, gated)
+    act = _GELU if gated else _SQ_RELU
+    kw = dict(halves=halves, up_t=up_t, down_t=down_t, activation=act)
+    got = _run(target, list(args), cfg, **kw)
+    want = np.asarray(reference(*args, **kw), np.float32)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_other_mlps_with_e_in_blocks():
+    """The TPU kernel's third grid axis (E in blocks when a whole row does not fit) in each layout."""
+    from mk.kernels.swiglu.tpu import swiglu_tpu
+
+    for halves, up_t, down_t, gated in [(False, False, False, False), (True, True, True, True)]:
+        args = _layouts(64, 256, 384, 128, jnp.float32, halves, up_t, down_t, gated)
+        act = _GELU if gated else _SQ_RELU
+        kw = dict(halves=halves, up_t=up_t, down_t=down_t, activation=act)
+        with get_target("tpu").execution():
+            got = np.asarray(jax.jit(lambda *a: swiglu_tpu(*a, block_m=64, block_f=128, vmem_budget=300 << 10,
+                                                           **kw))(*args))
+        np.testing.assert_allclose(got, np.asarray(reference(*args, **kw)), atol=1e-4, rtol=1e-4)
+
+
+@needs_libtpu
+@needs_cuda
+def test_other_mlps_compile_for_the_chips_at_a_model_size():
+    """Phi-3-mini's fused gate-up MLP ((8192, 3072) tokens, F = 8192, weights (out, in)) and Primer's ungated
+    squared-ReLU MLP, bf16, compiled for v6e (within scoped VMEM) and H100 (within shared memory)."""
+    from mk.kernels.swiglu.tpu import swiglu_tpu
+
+    bf16 = jnp.bfloat16
+    cases = [(dict(halves=True, up_t=True, down_t=True, activation=_GELU), ((8192, 3072), (16384, 3072), None,
+                                                                           (3072, 8192))),
+             (dict(activation=_SQ_RELU), ((8192, 2048), (2048, 8192), None, (8192, 2048)))]
+    for kw, shapes in cases:
+        structs = [None if s is None else jax.ShapeDtypeStruct(s, bf16) for s in shapes]
+        args = [s for s in structs if s is not None]
+
+        def call(fn, **more):
+            return lambda x, w1, wd: fn(x, w1, None, wd, **kw, **more)
+
+        result = compiled(call(swiglu_tpu), *args, chip="v6e")
+        assert all(b <= result.limits["scoped_vmem_bytes"] for b in vmem(result)), result.kernels
+        fits(compiled(call(ksw.swiglu_gpu, **default("h200", Shapes(m=64, e=128, f=384, d=128)).kwargs("gpu")),
+                      *args))

@@ -53,3 +53,72 @@ def test_declines_a_gate_that_is_not_elementwise():
     gemm = load_task("jaxbench:8p_GEMM")
     with pytest.raises(Unsupported, match="three matrix products"):
         swiglu.propose(gemm, trace_scales(gemm.with_scales({"ci": gemm.scale("ci")})), "tpu")
+
+
+# --- the other MLPs models write (issue 25 item 1): ungated, a fused gate-up weight, weights kept as (out, in) ------
+
+def _squared_relu(x, up, down):
+    return jnp.square(jax.nn.relu(x @ up)) @ down
+
+
+def _gelu_tanh_out_in(x, up, down):  # a PyTorch port: nn.Linear weights (out, in)
+    return jax.nn.gelu(jnp.einsum("bsd,fd->bsf", x, up), approximate=True) @ down.T
+
+
+def _phi3(x, gate_up, down):  # one (out, in) gate-up weight chunked in two, gate first
+    gate, up = jnp.split(x @ gate_up.T, 2, axis=-1)
+    return (up * jax.nn.silu(gate)) @ down.T
+
+
+def _sliced_up_first(x, w, down):  # the halves taken by slicing, the up half first
+    h = x @ w
+    f = h.shape[-1] // 2
+    return (h[..., :f] * jax.nn.gelu(h[..., f:])) @ down
+
+
+_F32, _BF16 = "float32", "bfloat16"
+MLPS = {
+    "squared_relu": (_squared_relu, [((2, 24, 128), _BF16), ((128, 256), _BF16), ((256, 128), _BF16)], "g"),
+    "gelu_out_in": (_gelu_tanh_out_in, [((2, 16, 128), _F32), ((384, 128), _F32), ((96, 384), _F32)], "g"),
+    "phi3": (_phi3, [((32, 128), _BF16), ((512, 128), _BF16), ((128, 256), _BF16)], "g, u"),
+    "sliced_up_first": (_sliced_up_first, [((40, 128), _F32), ((128, 512), _F32), ((256, 64), _F32)], "g, u"),
+}
+
+
+def _grown(shapes):
+    """The same MLP at other sizes: more rows, hidden units and output columns (the weights' (in) axis fixed)."""
+    return [tuple(2 * n if n not in (128,) else n for n in s) for s, _ in shapes]
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("name", sorted(MLPS))
+def test_other_mlps_are_written_and_run_at_other_sizes(name, target):
+    from mk.loaders.callable import task_from_callable
+
+    fn, shapes, args = MLPS[name]
+    task = task_from_callable(fn, scales={"ci": shapes}, name=name)
+    prop = swiglu.propose(task, trace_scales(task), target)
+    assert f"def _gate({args}):" in prop.source and "from mk" not in prop.source
+    assert check_source(prop.source, target=target, require_pallas=True).ok
+    ns = {}
+    exec(compile(prop.source, "candidate", "exec"), ns)  # noqa: S102 - the written kernel under test
+    rng = np.random.default_rng(0)
+    for dims in (shapes, list(zip(_grown(shapes), [d for _, d in shapes]))):
+        xs = [jnp.asarray(rng.normal(size=s) * (1 if i == 0 else 0.05), d) for i, (s, d) in enumerate(dims)]
+        want = np.asarray(jax.jit(fn)(*[x.astype(jnp.float32) for x in xs]), np.float32)
+        with get_target(target).execution():
+            got = np.asarray(jax.jit(ns["kernel"])(*xs), np.float32)
+        tol = 3e-2 if shapes[0][1] == _BF16 else 1e-4
+        np.testing.assert_allclose(got, want, atol=tol, rtol=tol, err_msg=f"{name} at {dims}")
+
+
+def test_a_fused_product_cut_other_than_in_halves_is_declined():
+    from mk.loaders.callable import task_from_callable
+
+    def thirds(x, w, down):
+        a, b, c = jnp.split(x @ w, 3, axis=-1)
+        return (a * b * c) @ down
+
+    task = task_from_callable(thirds, scales={"ci": [((16, 128), _F32), ((128, 384), _F32), ((128, 64), _F32)]})
+    with pytest.raises(Unsupported, match="not two halves"):
+        swiglu.propose(task, trace_scales(task), "tpu")

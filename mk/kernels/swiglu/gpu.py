@@ -45,16 +45,16 @@ def _fit(n, want):
     return b, -(-n // b) * b
 
 
-def _swiglu_fit(bm, be, bf, bn, *, itemsize, num_warps, num_stages, smem_bytes, regs=128):
+def _swiglu_fit(bm, be, bf, bn, *, itemsize, num_warps, num_stages, smem_bytes, regs=128, ups=2):
     """(bm, be, bf, bn) halved (never below 16) until a program's estimated Triton working set fits: shared memory
-    (``num_stages`` buffers of the x (bm, be), wg and wu (be, bf) blocks, and of the activation (bm, bf) and wd
-    (bf, bn) blocks) within ``smem_bytes``, and the f32 gate, up and output accumulators within ``regs`` registers
-    a thread. E blocks go first, then hidden, then output columns, then rows."""
+    (``num_stages`` buffers of the x (bm, be), the ``ups`` up-weight (be, bf) blocks (2 gated, 1 not), and of the
+    activation (bm, bf) and wd (bf, bn) blocks) within ``smem_bytes``, and the f32 products and output accumulators
+    within ``regs`` registers a thread. E blocks go first, then hidden, then output columns, then rows."""
     def smem(bm, be, bf, bn):
-        return num_stages * (bm * be + 2 * be * bf + bm * bf + bf * bn) * itemsize
+        return num_stages * (bm * be + ups * be * bf + bm * bf + bf * bn) * itemsize
 
     def over(bm, be, bf, bn):
-        return (smem(bm, be, bf, bn) > smem_bytes, (2 * bm * bf + bm * bn) > regs * 32 * num_warps)
+        return (smem(bm, be, bf, bn) > smem_bytes, (ups * bm * bf + bm * bn) > regs * 32 * num_warps)
 
     while True:
         over_smem, over_regs = over(bm, be, bf, bn)
@@ -76,9 +76,16 @@ def _swiglu_fit(bm, be, bf, bn, *, itemsize, num_warps, num_stages, smem_bytes, 
             return bm, be, bf, bn
 
 
-def _swiglu_gpu_kernel(x_ref, wg_ref, wu_ref, wd_ref, o_ref, *, nf, ne, block_e, block_f, hidden, activation,
-                       inter_dtype, precision):
-    dims = (((1,), (0,)), ((), ()))
+_NN = (((1,), (0,)), ((), ()))  # a (m, k) block times a (k, n) block
+_NT = (((1,), (1,)), ((), ()))  # times an (n, k) block: a weight kept as (out, in), PyTorch's layout
+
+
+def _swiglu_gpu_kernel(*refs, nf, ne, block_e, block_f, hidden, gated, up_t, down_t, activation, inter_dtype,
+                       precision):
+    if gated:
+        x_ref, wg_ref, wu_ref, wd_ref, o_ref = refs
+    else:
+        (x_ref, wg_ref, wd_ref, o_ref), wu_ref = refs, None
     zeros = jnp.zeros((x_ref.shape[0], block_f), jnp.float32)
 
     def step(j, acc):
@@ -87,50 +94,70 @@ def _swiglu_gpu_kernel(x_ref, wg_ref, wu_ref, wd_ref, o_ref, *, nf, ne, block_e,
         def k_step(k, gu):
             ks = pl.ds(k * block_e, block_e)
             x = x_ref[:, ks]
-            g = gu[0] + lax.dot_general(x, wg_ref[ks, cols], dims, precision=precision,
-                                        preferred_element_type=jnp.float32)
-            u = gu[1] + lax.dot_general(x, wu_ref[ks, cols], dims, precision=precision,
-                                        preferred_element_type=jnp.float32)
-            return g, u
 
-        g, u = lax.fori_loop(0, ne, k_step, (zeros, zeros))
-        h = activation(g.astype(inter_dtype), u.astype(inter_dtype))
+            def up(w_ref, acc):
+                w = w_ref[cols, ks] if up_t else w_ref[ks, cols]
+                return acc + lax.dot_general(x, w, _NT if up_t else _NN, precision=precision,
+                                             preferred_element_type=jnp.float32)
+
+            return (up(wg_ref, gu[0]), up(wu_ref, gu[1])) if gated else (up(wg_ref, gu[0]),)
+
+        gu = lax.fori_loop(0, ne, k_step, (zeros, zeros) if gated else (zeros,))
+        h = activation(*(p.astype(inter_dtype) for p in gu))
         live = j * block_f + lax.broadcasted_iota(jnp.int32, h.shape, 1) < hidden
         h = jnp.where(live, h, jnp.zeros_like(h)).astype(wd_ref.dtype)
-        return acc + lax.dot_general(h, wd_ref[cols, :], dims, precision=precision, preferred_element_type=jnp.float32)
+        wd = wd_ref[:, cols] if down_t else wd_ref[cols, :]
+        return acc + lax.dot_general(h, wd, _NT if down_t else _NN, precision=precision,
+                                     preferred_element_type=jnp.float32)
 
     acc = lax.fori_loop(0, nf, step, jnp.zeros(o_ref.shape, jnp.float32))
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
 def swiglu_gpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=None, precision=None, block_m=64,
-               block_f=64, block_n=128, block_e=64, num_warps=4, num_stages=2, smem_bytes=192 << 10):
+               block_f=64, block_n=128, block_e=64, num_warps=4, num_stages=2, smem_bytes=192 << 10, halves=False,
+               up_t=False, down_t=False):
     """``activation(x @ wg, x @ wu) @ wd`` (default ``silu(g) * u``) on padded power-of-two blocks, fitted to
-    ``smem_bytes`` of shared memory (see the module docstring)."""
-    (m, e), (e2, f), (f2, d) = x.shape, wg.shape, wd.shape
-    if e != e2 or wu.shape != wg.shape or f != f2:
-        raise ValueError(f"expected x (M, E), wg/wu (E, F), wd (F, D), got {x.shape=}, {wg.shape=}, {wu.shape=}, "
-                         f"{wd.shape=}")
-    itemsize = max(jnp.dtype(a.dtype).itemsize for a in (x, wg, wu, wd))
+    ``smem_bytes`` of shared memory (see the module docstring). ``wu=None``, ``halves``, ``up_t`` and ``down_t`` as
+    in :func:`mk.kernels.swiglu.tpu.swiglu_tpu` (an ungated MLP, a fused gate-up weight, weights kept as (out, in)):
+    transposed weights are read in place; a fused weight's halves are sliced apart here, where padding copies the
+    weights anyway."""
+    if halves and wu is not None:
+        raise ValueError("halves=True takes the gate and up weights as wg's two halves: pass wu=None")
+    if halves:
+        f = (wg.shape[0] if up_t else wg.shape[1]) // 2
+        wg, wu = (wg[:f], wg[f:]) if up_t else (wg[:, :f], wg[:, f:])
+    m, e = x.shape
+    e2, f = wg.shape[::-1] if up_t else wg.shape
+    f2, d = wd.shape[::-1] if down_t else wd.shape
+    if e != e2 or (wu is not None and wu.shape != wg.shape) or f != f2:
+        raise ValueError(f"expected x (M, E), wg/wu (E, F) ((F, E) with up_t), wd (F, D) ((D, F) with down_t), got "
+                         f"{x.shape=}, {wg.shape=}, {getattr(wu, 'shape', None)=}, {wd.shape=}")
+    gated = wu is not None
+    ups = [wg, wu] if gated else [wg]
+    itemsize = max(jnp.dtype(a.dtype).itemsize for a in (x, *ups, wd))
     bm, be, bf, bn = _swiglu_fit(_fit(m, block_m)[0], _fit(e, block_e)[0], _fit(f, block_f)[0], _fit(d, block_n)[0],
-                                 itemsize=itemsize, num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes)
+                                 itemsize=itemsize, num_warps=num_warps, num_stages=num_stages, smem_bytes=smem_bytes,
+                                 ups=1 + gated)
     (bm, m_pad), (be, e_pad), (bf, f_pad), (bn, d_pad) = _fit(m, bm), _fit(e, be), _fit(f, bf), _fit(d, bn)
     x = jnp.pad(x, ((0, m_pad - m), (0, e_pad - e)))
-    wg = jnp.pad(wg, ((0, e_pad - e), (0, f_pad - f)))
-    wu = jnp.pad(wu, ((0, e_pad - e), (0, f_pad - f)))
-    wd = jnp.pad(wd, ((0, f_pad - f), (0, d_pad - d)))
+    up_pad = ((0, f_pad - f), (0, e_pad - e)) if up_t else ((0, e_pad - e), (0, f_pad - f))
+    ups = [jnp.pad(w, up_pad) for w in ups]
+    wd = jnp.pad(wd, ((0, d_pad - d), (0, f_pad - f)) if down_t else ((0, f_pad - f), (0, d_pad - d)))
+    up_block = (f_pad, e_pad) if up_t else (e_pad, f_pad)
     out = pl.pallas_call(
         functools.partial(_swiglu_gpu_kernel, nf=f_pad // bf, ne=e_pad // be, block_e=be, block_f=bf, hidden=f,
-                          activation=activation or _silu_gate, precision=precision,
+                          gated=gated, up_t=up_t, down_t=down_t, activation=activation or _silu_gate,
+                          precision=precision,
                           # Triton lowers no 16-bit division (sigmoid): 16-bit activations run in f32
                           inter_dtype=inter_dtype or jnp.promote_types(x.dtype, jnp.float32)),
         grid=(m_pad // bm, d_pad // bn),
         in_specs=[pl.BlockSpec((bm, e_pad), lambda i, j: (i, 0)),
-                  pl.BlockSpec((e_pad, f_pad), lambda i, j: (0, 0)),
-                  pl.BlockSpec((e_pad, f_pad), lambda i, j: (0, 0)),
-                  pl.BlockSpec((f_pad, bn), lambda i, j: (0, j))],
+                  *[pl.BlockSpec(up_block, lambda i, j: (0, 0)) for _ in ups],
+                  pl.BlockSpec((bn, f_pad), lambda i, j: (j, 0)) if down_t
+                  else pl.BlockSpec((f_pad, bn), lambda i, j: (0, j))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((m_pad, d_pad), out_dtype or x.dtype),
         compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
-    )(x, wg, wu, wd)
+    )(x, *ups, wd)
     return out[:m, :d]

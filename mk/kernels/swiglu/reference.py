@@ -13,6 +13,17 @@ def silu_gate(g: Any, u: Any) -> Any:
     return jax.nn.silu(g) * u
 
 
-def swiglu(x: Any, wg: Any, wu: Any, wd: Any, activation: Callable[[Any, Any], Any] = silu_gate) -> Any:
-    """``activation(x @ wg, x @ wu) @ wd`` over the last axis of ``x``; products in the inputs' dtype."""
-    return jnp.dot(activation(jnp.dot(x, wg), jnp.dot(x, wu)), wd)
+def swiglu(x: Any, wg: Any, wu: Any, wd: Any, activation: Callable[..., Any] = silu_gate, *, halves: bool = False,
+           up_t: bool = False, down_t: bool = False) -> Any:
+    """``activation(x @ wg, x @ wu) @ wd`` over the last axis of ``x``; products in the inputs' dtype. The kernels'
+    other MLPs: ``wu=None`` (ungated, ``activation(x @ wg) @ wd``), ``halves`` (wg (E, 2F) holds the gate and up
+    weights side by side), ``up_t``/``down_t`` (weights kept as (out, in))."""
+    w1 = wg.T if up_t else wg
+    wdd = wd.T if down_t else wd
+    if halves:
+        f = w1.shape[1] // 2
+        w1, w2 = w1[:, :f], w1[:, f:]
+    else:
+        w2 = None if wu is None else (wu.T if up_t else wu)
+    ups = [jnp.dot(x, w1)] + ([] if w2 is None else [jnp.dot(x, w2)])
+    return jnp.dot(activation(*ups), wdd)

@@ -35,27 +35,46 @@ def _silu_gate(g, u):
     return jax.nn.sigmoid(g) * g * u
 
 
-def _swiglu_tpu_kernel(x_ref, wg_ref, wu_ref, wd_ref, o_ref, acc_ref, *, nf, activation, inter_dtype, precision):
+_NN = (((1,), (0,)), ((), ()))  # a (m, k) block times a (k, n) block
+_NT = (((1,), (1,)), ((), ()))  # times an (n, k) block: a weight kept as (out, in), PyTorch's layout
+
+
+def _refs(refs, gated):
+    """(x, wg, wu or None, wd, out, scratch...) from the kernel's refs, with or without an up weight."""
+    if gated:
+        return refs[0], refs[1], refs[2], refs[3], refs[4], refs[5:]
+    return refs[0], refs[1], None, refs[2], refs[3], refs[4:]
+
+
+def _act(activation, g, u, inter_dtype):
+    """The activation on the products rounded to ``inter_dtype``: ``activation(g, u)`` gated, ``activation(g)`` not."""
+    if u is None:
+        return activation(g.astype(inter_dtype))
+    return activation(g.astype(inter_dtype), u.astype(inter_dtype))
+
+
+def _swiglu_tpu_kernel(*refs, nf, gated, up_dims, down_dims, activation, inter_dtype, precision):
+    x_ref, wg_ref, wu_ref, wd_ref, o_ref, (acc_ref,) = _refs(refs, gated)
     f = pl.program_id(1)
 
     @pl.when(f == 0)
     def _zero():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    dims = (((1,), (0,)), ((), ()))
     x = x_ref[...]
-    g = lax.dot_general(x, wg_ref[...], dims, precision=precision, preferred_element_type=jnp.float32)
-    u = lax.dot_general(x, wu_ref[...], dims, precision=precision, preferred_element_type=jnp.float32)
-    h = activation(g.astype(inter_dtype), u.astype(inter_dtype)).astype(wd_ref.dtype)
-    acc_ref[...] += lax.dot_general(h, wd_ref[...], dims, precision=precision, preferred_element_type=jnp.float32)
+    g = lax.dot_general(x, wg_ref[...], up_dims, precision=precision, preferred_element_type=jnp.float32)
+    u = None if wu_ref is None else lax.dot_general(x, wu_ref[...], up_dims, precision=precision,
+                                                    preferred_element_type=jnp.float32)
+    h = _act(activation, g, u, inter_dtype).astype(wd_ref.dtype)
+    acc_ref[...] += lax.dot_general(h, wd_ref[...], down_dims, precision=precision, preferred_element_type=jnp.float32)
 
     @pl.when(f == nf - 1)
     def _store():
         o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-def _swiglu_split_kernel(x_ref, wg_ref, wu_ref, wd_ref, o_ref, acc_ref, g_ref, u_ref, *, nf, ne, activation,
-                         inter_dtype, precision):
+def _swiglu_split_kernel(*refs, nf, ne, gated, up_dims, down_dims, activation, inter_dtype, precision):
+    x_ref, wg_ref, wu_ref, wd_ref, o_ref, (acc_ref, g_ref, *u_ref) = _refs(refs, gated)
     f, k = pl.program_id(1), pl.program_id(2)
 
     @pl.when((f == 0) & (k == 0))
@@ -65,17 +84,20 @@ def _swiglu_split_kernel(x_ref, wg_ref, wu_ref, wd_ref, o_ref, acc_ref, g_ref, u
     @pl.when(k == 0)
     def _zero_products():
         g_ref[...] = jnp.zeros_like(g_ref)
-        u_ref[...] = jnp.zeros_like(u_ref)
+        for r in u_ref:
+            r[...] = jnp.zeros_like(r)
 
-    dims = (((1,), (0,)), ((), ()))
     x = x_ref[...]
-    g_ref[...] += lax.dot_general(x, wg_ref[...], dims, precision=precision, preferred_element_type=jnp.float32)
-    u_ref[...] += lax.dot_general(x, wu_ref[...], dims, precision=precision, preferred_element_type=jnp.float32)
+    g_ref[...] += lax.dot_general(x, wg_ref[...], up_dims, precision=precision, preferred_element_type=jnp.float32)
+    if wu_ref is not None:
+        u_ref[0][...] += lax.dot_general(x, wu_ref[...], up_dims, precision=precision,
+                                         preferred_element_type=jnp.float32)
 
     @pl.when(k == ne - 1)
     def _down():
-        h = activation(g_ref[...].astype(inter_dtype), u_ref[...].astype(inter_dtype)).astype(wd_ref.dtype)
-        acc_ref[...] += lax.dot_general(h, wd_ref[...], dims, precision=precision, preferred_element_type=jnp.float32)
+        h = _act(activation, g_ref[...], u_ref[0][...] if u_ref else None, inter_dtype).astype(wd_ref.dtype)
+        acc_ref[...] += lax.dot_general(h, wd_ref[...], down_dims, precision=precision,
+                                        preferred_element_type=jnp.float32)
 
         @pl.when(f == nf - 1)
         def _store():
@@ -97,11 +119,13 @@ def _padded(rows, cols, itemsize):
     return -(-rows // sub) * sub * -(-cols // 128) * 128 * itemsize
 
 
-def swiglu_vmem_bytes(bm, bf, be, e, d, *, x_itemsize, w_itemsize, out_itemsize):
+def swiglu_vmem_bytes(bm, bf, be, e, d, *, x_itemsize, w_itemsize, out_itemsize, ups=2):
     """VMEM the kernel's blocks take: inputs and output double-buffered, the f32 output accumulator, and with E in
-    blocks (``be < e``) the f32 gate and up products."""
-    ins = _padded(bm, be, x_itemsize) + 2 * _padded(be, bf, w_itemsize) + _padded(bf, d, w_itemsize)
-    split = 2 * _padded(bm, bf, 4) if be < e else 0
+    blocks (``be < e``) the f32 products before the activation (``ups``: 2 gated, 1 not). A transposed weight's
+    block pads the same bytes or more; both layouts are planned as (in, out)."""
+    ins = _padded(bm, be, x_itemsize) + ups * max(_padded(be, bf, w_itemsize), _padded(bf, be, w_itemsize)) \
+        + max(_padded(bf, d, w_itemsize), _padded(d, bf, w_itemsize))
+    split = ups * _padded(bm, bf, 4) if be < e else 0
     return 2 * ins + 2 * _padded(bm, d, out_itemsize) + _padded(bm, d, 4) + split
 
 
@@ -112,13 +136,13 @@ def _sizes(n, want, quantum):
     return [first] + [b for b in range(min(first, n - 1) // quantum * quantum, 0, -quantum) if b < first and n % b == 0]
 
 
-def swiglu_blocks(m, e, f, d, *, block_m, block_f, budget, x_itemsize, w_itemsize, out_itemsize):
+def swiglu_blocks(m, e, f, d, *, block_m, block_f, budget, x_itemsize, w_itemsize, out_itemsize, ups=2):
     """(bm, bf, be) whose blocks fit ``budget`` bytes of VMEM: the whole E with the largest row and hidden blocks
     that fit, else E in blocks (the widest that fits, at most 2048), else the smallest blocks."""
     sub = 8 * max(1, 4 // x_itemsize)
     rows, hidden = _sizes(m, block_m, sub), _sizes(f, block_f, 128)
     need = functools.partial(swiglu_vmem_bytes, e=e, d=d, x_itemsize=x_itemsize, w_itemsize=w_itemsize,
-                             out_itemsize=out_itemsize)
+                             out_itemsize=out_itemsize, ups=ups)
     for bm in rows:
         for bf in hidden:
             if need(bm, bf, e) <= budget:
@@ -141,48 +165,73 @@ def _block(n, want, quantum):
 
 
 def swiglu_tpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=None, precision=None, block_m=128,
-               block_f=256, vmem_budget=None):
+               block_f=256, vmem_budget=None, halves=False, up_t=False, down_t=False):
     """``activation(x @ wg, x @ wu) @ wd`` (default ``silu(g) * u``); x (M, E), wg/wu (E, F), wd (F, D).
-    ``block_m``/``block_f`` are requests, fitted at trace time to ``vmem_budget`` bytes (default 3/4 of the chip's
-    scoped VMEM), with E in blocks when the whole E does not fit."""
-    (m, e), (e2, f), (f2, d) = x.shape, wg.shape, wd.shape
-    if e != e2 or wu.shape != wg.shape or f != f2:
-        raise ValueError(f"expected x (M, E), wg/wu (E, F), wd (F, D), got {x.shape=}, {wg.shape=}, {wu.shape=}, "
+
+    The MLPs models write, through one kernel: ``wu=None`` is an ungated MLP, ``activation(x @ wg) @ wd`` (ReLU²,
+    GELU); ``halves=True`` a fused gate-up weight, wg (E, 2F) whose first F columns make the activation's first
+    argument and the rest its second (``wu=None``); ``up_t``/``down_t``: the up weights (F, E) (or (2F, E)) and wd
+    (D, F), kept as (out, in) as PyTorch ports do, read in place by the blocks' index maps (nothing is transposed in
+    HBM). ``block_m``/``block_f`` are requests, fitted at trace time to ``vmem_budget`` bytes (default 3/4 of the
+    chip's scoped VMEM), with E in blocks when the whole E does not fit."""
+    if halves and wu is not None:
+        raise ValueError("halves=True takes the gate and up weights as wg's two halves: pass wu=None")
+    (m, e) = x.shape
+    e2, f2x = wg.shape[::-1] if up_t else wg.shape
+    f = f2x // 2 if halves else f2x
+    f2, d = wd.shape[::-1] if down_t else wd.shape
+    if e != e2 or (halves and f2x % 2) or (wu is not None and wu.shape != wg.shape) or f != f2:
+        raise ValueError(f"expected x (M, E), wg/wu (E, F) (wg (E, 2F) with halves; transposed with up_t), wd (F, D) "
+                         f"((D, F) with down_t), got {x.shape=}, {wg.shape=}, {getattr(wu, 'shape', None)=}, "
                          f"{wd.shape=}")
+    gated = halves or wu is not None
     out_dtype = out_dtype or x.dtype
     scoped, physical = _vmem_limits()
     budget = vmem_budget or scoped * 3 // 4
     sizes = dict(x_itemsize=jnp.dtype(x.dtype).itemsize, w_itemsize=jnp.dtype(wg.dtype).itemsize,
                  out_itemsize=jnp.dtype(out_dtype).itemsize)
-    bm, bf, be = swiglu_blocks(m, e, f, d, block_m=block_m, block_f=block_f, budget=budget, **sizes)
-    need = swiglu_vmem_bytes(bm, bf, be, e, d, **sizes)
+    bm, bf, be = swiglu_blocks(m, e, f, d, block_m=block_m, block_f=block_f, budget=budget, ups=1 + gated, **sizes)
+    if halves and bf % 128 and bf != f2x:
+        # a block of one half is not a legal block of the fused weight (its lanes need 128 columns): split it in HBM
+        first, second = (wg[:f], wg[f:]) if up_t else (wg[:, :f], wg[:, f:])
+        return swiglu_tpu(x, first, second, wd, activation=activation, inter_dtype=inter_dtype, out_dtype=out_dtype,
+                          precision=precision, block_m=block_m, block_f=block_f, vmem_budget=vmem_budget,
+                          up_t=up_t, down_t=down_t)
+    need = swiglu_vmem_bytes(bm, bf, be, e, d, ups=1 + gated, **sizes)
     params = {"vmem_limit_bytes": int(min(max(scoped, need * 5 // 4 + (4 << 20)), physical * 15 // 16))} \
         if need > budget else {}
-    if be < e:
-        return pl.pallas_call(
-            functools.partial(_swiglu_split_kernel, nf=f // bf, ne=e // be, activation=activation or _silu_gate,
-                              inter_dtype=inter_dtype or x.dtype, precision=precision),
-            grid=(m // bm, f // bf, e // be),
-            in_specs=[pl.BlockSpec((bm, be), lambda i, j, k: (i, k)),
-                      pl.BlockSpec((be, bf), lambda i, j, k: (k, j)),
-                      pl.BlockSpec((be, bf), lambda i, j, k: (k, j)),
-                      pl.BlockSpec((bf, d), lambda i, j, k: (j, 0))],
-            out_specs=pl.BlockSpec((bm, d), lambda i, j, k: (i, 0)),
-            out_shape=jax.ShapeDtypeStruct((m, d), out_dtype),
-            scratch_shapes=[pltpu.VMEM((bm, d), jnp.float32), pltpu.VMEM((bm, bf), jnp.float32),
-                            pltpu.VMEM((bm, bf), jnp.float32)],
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary", "arbitrary"), **params),
-        )(x, wg, wu, wd)
+    split = be < e
+    second = f // bf if halves else 0  # the up half's first block along the fused weight's hidden axis
+
+    def up_spec(off):
+        if up_t:
+            return pl.BlockSpec((bf, be), (lambda i, j, k: (j + off, k)) if split else (lambda i, j: (j + off, 0)))
+        return pl.BlockSpec((be, bf), (lambda i, j, k: (k, j + off)) if split else (lambda i, j: (0, j + off)))
+
+    x_spec = pl.BlockSpec((bm, be), (lambda i, j, k: (i, k)) if split else (lambda i, j: (i, 0)))
+    if down_t:
+        wd_spec = pl.BlockSpec((d, bf), (lambda i, j, k: (0, j)) if split else (lambda i, j: (0, j)))
+    else:
+        wd_spec = pl.BlockSpec((bf, d), (lambda i, j, k: (j, 0)) if split else (lambda i, j: (j, 0)))
+    out_spec = pl.BlockSpec((bm, d), (lambda i, j, k: (i, 0)) if split else (lambda i, j: (i, 0)))
+    ups = [wg, wg if halves else wu] if gated else [wg]
+    specs = [up_spec(0), up_spec(second)] if gated else [up_spec(0)]
+    common = dict(gated=gated, up_dims=_NT if up_t else _NN, down_dims=_NT if down_t else _NN,
+                  activation=activation or _silu_gate, inter_dtype=inter_dtype or x.dtype, precision=precision)
+    scratch = [pltpu.VMEM((bm, d), jnp.float32)]
+    if split:
+        body = functools.partial(_swiglu_split_kernel, nf=f // bf, ne=e // be, **common)
+        grid, sem = (m // bm, f // bf, e // be), ("parallel", "arbitrary", "arbitrary")
+        scratch += [pltpu.VMEM((bm, bf), jnp.float32)] * (1 + gated)
+    else:
+        body = functools.partial(_swiglu_tpu_kernel, nf=f // bf, **common)
+        grid, sem = (m // bm, f // bf), ("parallel", "arbitrary")
     return pl.pallas_call(
-        functools.partial(_swiglu_tpu_kernel, nf=f // bf, activation=activation or _silu_gate,
-                          inter_dtype=inter_dtype or x.dtype, precision=precision),
-        grid=(m // bm, f // bf),
-        in_specs=[pl.BlockSpec((bm, e), lambda i, j: (i, 0)),
-                  pl.BlockSpec((e, bf), lambda i, j: (0, j)),
-                  pl.BlockSpec((e, bf), lambda i, j: (0, j)),
-                  pl.BlockSpec((bf, d), lambda i, j: (j, 0))],
-        out_specs=pl.BlockSpec((bm, d), lambda i, j: (i, 0)),
+        body,
+        grid=grid,
+        in_specs=[x_spec, *specs, wd_spec],
+        out_specs=out_spec,
         out_shape=jax.ShapeDtypeStruct((m, d), out_dtype),
-        scratch_shapes=[pltpu.VMEM((bm, d), jnp.float32)],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"), **params),
-    )(x, wg, wu, wd)
+        scratch_shapes=scratch,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=sem, **params),
+    )(x, *ups, wd)
