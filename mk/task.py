@@ -331,6 +331,8 @@ class Task:
                 x = init.sample(rng, shape, spec.dtype)
                 if distribution == "edges" and init.kind == "randint":  # labels, indices: the ends of their range
                     x = range_ends(rng, np.array(x), int(init.low), int(init.high))
+                    if np.dtype(x.dtype).kind == "b" or (int(init.low), int(init.high)) == (0, 2):
+                        x = zero_rows(rng, x)  # a mask: whole rows (a padded sequence, a query seeing no key) off
                 out.append(x)
         return out
 

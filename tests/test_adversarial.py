@@ -87,6 +87,11 @@ TASKS = {
                     {"ci": Scale("ci", {"rows": 256})}, default_scale="ci"),
     "softmax": Task("adv_softmax_rows", lambda x: jax.nn.softmax(x, axis=-1), (ArgSpec("x", ("rows", 2048), "float32"),),
                     {"ci": Scale("ci", {"rows": 16})}),
+    # round 16: a boolean mask input (coin flips in every case but edges, which masks whole rows)
+    "msoftmax": Task("adv_masked_softmax", lambda x, mask: jax.nn.softmax(jnp.where(mask, x, -1e9), axis=-1),
+                     (ArgSpec("x", ("rows", 128), "float32"), ArgSpec("mask", ("rows", 128), "bool",
+                                                                     Init("randint", low=0, high=2))),
+                     {"ci": Scale("ci", {"rows": 16})}),
     "mm": Task("adv_matmul", ref_matmul, (ArgSpec("x", (16, 256), "float32"), ArgSpec("y", (256, 128), "float32")),
                {"ci": Scale("ci")}, tolerance=Tolerance(1e-4, 1e-4)),
 }
@@ -266,6 +271,7 @@ EXPECTED = [
     Expect("r12_hook_triton_table.py", "tanh", "gpu", ("rejected",), r"changed how programs are lowered \(.*triton.*tanh"),
     # round 12: the values real data has (issue 22, item 3): padding rows, loss-masked cotangent rows
     Expect("r12_zero_rows_padding.py", "rms", "tpu", ("incorrect",), r"edges"),
+    Expect("r16_masked_row_nan.py", "msoftmax", "tpu", ("incorrect",), r"edges.*NaN|NaN.*edges"),
     Expect("r12_bwd_masked_rows.py", "grms_ci", "tpu", ("incorrect",), r"backward"),
     Expect("r12_poison_nan_or_zero_sniff.py", "tanh", "tpu", ("incorrect",), r"TPU-interpreter check at scale ci \(random seed \d+, \w+ inputs; memory not yet written holds values of a secret fill"),
     # round 12, item 5: sizes a kernel cannot be built at (tests/test_unbuilt_sizes.py checks the flags and envelope)
@@ -333,7 +339,7 @@ def suites(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MK_HOME", str(tmp_path_factory.mktemp("mkhome-suites")))
         return {k: build_suite(t, seeds=(0,), distributions=("normal", "large_magnitude", "edges") if k in ("rms16", "grms_ci") else
-                               ("normal", "edges") if k in ("rms", "tanh_edges") else ("normal",))
+                               ("normal", "edges") if k in ("rms", "tanh_edges", "msoftmax") else ("normal",))
                 for k, t in TASKS.items()}
 
 

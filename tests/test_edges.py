@@ -62,3 +62,17 @@ def test_the_scaled_cotangent_is_masked_with_exact_zero_rows_and_its_twin_has_no
         assert masked[:, 8:].all(axis=1).any()  # some sequence has its last half masked, as a loss mask does
         assert masked[:, :8].all(axis=1).any()  # and some its first half, as a masked prompt
     assert bigs == {True, False}  # whether the large one is masked too is drawn from the seed
+
+
+def test_a_boolean_mask_gets_whole_rows_off_in_the_edges_case_only():
+    """A boolean or 0/1 mask input drawn as coin flips never hides a whole row (a padded sequence, a query that sees
+    no key), where a -inf fill makes softmax NaN: the edges case now switches off whole rows, never all of them."""
+    task = Task("mask_probe", lambda x, keep, pad: jnp.where(keep, x, 0.0) * pad,
+                (ArgSpec("x", (4, 32, 64), "float32"), ArgSpec("keep", (4, 32, 64), "bool", Init("randint", low=0, high=2)),
+                 ArgSpec("pad", (4, 64), "int32", Init("randint", low=0, high=2))), {"ci": Scale("ci")})
+    _, keep, pad = task.make_inputs("ci", 0, "edges")
+    for m in (keep, pad):
+        off = ~np.asarray(m, bool).reshape(-1, 64).any(axis=1)
+        assert 1 <= off.sum() < off.size
+    _, keep, pad = task.make_inputs("ci", 0, "normal")
+    assert np.asarray(keep, bool).reshape(-1, 64).any(axis=1).all() and np.asarray(pad, bool).any(axis=1).all()
