@@ -8,10 +8,11 @@ target. A row records the verdict of the kept kernel (``correct`` or why none wa
 author declined, each with its own reason. Nothing here is timed on a device: ``seconds`` is the wall time of the
 whole ``mk.optimize`` call on this machine (interpret mode and the chip's compiler without the chip).
 
-    python -m evals.user_functions [--set 1|2] [--targets tpu,gpu] [--only NAME,NAME] [--out DIR] [--note TEXT]
+    python -m evals.user_functions [--set 1|2|3] [--targets tpu,gpu] [--only NAME,NAME] [--out DIR] [--note TEXT]
 
 ``--set 2`` is the second held-out set (``tests/user_functions/heldout2.py``, written after the first set's results
-were known, before any change measured on it), recorded in ``user_functions_2.{json,md}``.
+were known, before any change measured on it), recorded in ``user_functions_2.{json,md}``; ``--set 3`` the third
+(``tests/user_functions/heldout3.py``, 2026-12-08), in ``user_functions_3.{json,md}``.
 
 Runs in parallel (one process per target, say) merge their rows into the same ``user_functions.json`` under a
 file lock; ``user_functions.md`` is rewritten from every row held, each target with the command and date of its
@@ -50,7 +51,8 @@ def is_kernel(row: dict[str, Any]) -> bool:
 
 #: set -> (module of its functions, the stem of its result files)
 SETS = {"1": ("tests.user_functions.heldout", "user_functions"),
-        "2": ("tests.user_functions.heldout2", "user_functions_2")}
+        "2": ("tests.user_functions.heldout2", "user_functions_2"),
+        "3": ("tests.user_functions.heldout3", "user_functions_3")}
 
 
 def _functions(which: str = "1") -> list[Any]:

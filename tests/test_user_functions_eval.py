@@ -49,9 +49,12 @@ def test_a_pure_jax_rewrite_is_shown_but_is_not_a_kernel(tmp_path):
     assert "`correct` rewrite-jax, no kernel" in text and "- a (tpu): a pure-JAX rewrite" in text
 
 
-def test_the_second_set_is_its_own_file():
+def test_the_second_and_third_sets_are_their_own_files():
     from tests.user_functions.heldout2 import FUNCTIONS as SECOND
+    from tests.user_functions.heldout3 import FUNCTIONS as THIRD
 
     assert [f.name for f in uf._functions("2")] == [f.name for f in SECOND]
-    assert not {f.name for f in SECOND} & {f.name for f in FUNCTIONS}
-    assert uf.SETS["2"][1] != uf.SETS["1"][1]
+    assert [f.name for f in uf._functions("3")] == [f.name for f in THIRD] and len(THIRD) == 24
+    names = [{f.name for f in s} for s in (FUNCTIONS, SECOND, THIRD)]
+    assert not (names[0] & names[1] or names[0] & names[2] or names[1] & names[2])
+    assert len({uf.SETS[k][1] for k in "123"}) == 3
