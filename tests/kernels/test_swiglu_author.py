@@ -122,3 +122,99 @@ def test_a_fused_product_cut_other_than_in_halves_is_declined():
     task = task_from_callable(thirds, scales={"ci": [((16, 128), _F32), ((128, 384), _F32), ((128, 64), _F32)]})
     with pytest.raises(Unsupported, match="not two halves"):
         swiglu.propose(task, trace_scales(task), "tpu")
+
+
+# --- biases and what follows the down-projection (Flax Dense, GPT-2, ViT, BERT): issue 25 item 1 ---------------------
+
+def _gpt2_mlp(x, w_fc, b_fc, w_proj, b_proj):
+    return jax.nn.gelu(x @ w_fc + b_fc, approximate=True) @ w_proj + b_proj
+
+
+def _residual_block(x, w1, b1, w2, b2):  # x + MLP(x), in bf16 with the product rounded as the reference does
+    return (x + (jax.nn.relu(x @ w1 + b1) @ w2 + b2)).astype(jnp.bfloat16)
+
+
+def _gated_bias_out_in(x, wg, bg, wu, wd, bd):  # (out, in) weights, a bias on the gate only, (1, D) output bias
+    g = x @ wg.T + bg
+    return (jax.nn.silu(g) * (x @ wu.T)) @ wd.T + bd
+
+
+BIASED = {
+    "gpt2_mlp": (_gpt2_mlp, [((2, 24, 128), _F32), ((128, 512), _F32), ((512,), _F32), ((512, 128), _F32),
+                             ((128,), _F32)], "g, b_fc"),
+    "residual_block": (_residual_block, [((40, 128), _BF16), ((128, 256), _BF16), ((256,), _BF16),
+                                         ((256, 128), _BF16), ((128,), _BF16)], "g, b1"),
+    "gated_bias_out_in": (_gated_bias_out_in, [((32, 128), _F32), ((256, 128), _F32), ((1, 256), _F32),
+                                               ((256, 128), _F32), ((64, 256), _F32), ((1, 64), _F32)], "g, u, bg"),
+}
+
+
+def _grown_biased(name, shapes):
+    """Other sizes: twice the rows and hidden units (every axis of F), the model width kept."""
+    f = {"gpt2_mlp": 512, "residual_block": 256, "gated_bias_out_in": 256}[name]
+    return [(tuple(2 * n if (n == f or k == 0 and i == 0) else n for k, n in enumerate(s)), d)
+            for i, (s, d) in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("name", sorted(BIASED))
+def test_biases_and_the_epilogue_are_fused(name, target):
+    from mk.loaders.callable import task_from_callable
+
+    fn, shapes, args = BIASED[name]
+    task = task_from_callable(fn, scales={"ci": shapes}, name=name)
+    prop = swiglu.propose(task, trace_scales(task), target)
+    assert f"def _gate({args}):" in prop.source and "def _epilogue(y, " in prop.source
+    assert check_source(prop.source, target=target, require_pallas=True).ok
+    ns = {}
+    exec(compile(prop.source, "candidate", "exec"), ns)  # noqa: S102 - the written kernel under test
+    rng = np.random.default_rng(1)
+    for dims in (shapes, _grown_biased(name, shapes)):
+        xs = [jnp.asarray(rng.normal(size=s) * (1 if i == 0 else 0.05), d) for i, (s, d) in enumerate(dims)]
+        want = np.asarray(jax.jit(fn)(*[x.astype(jnp.float32) for x in xs]), np.float32)
+        with get_target(target).execution():
+            got = np.asarray(jax.jit(ns["kernel"])(*xs), np.float32)
+        tol = 5e-2 if shapes[0][1] == _BF16 else 1e-4
+        np.testing.assert_allclose(got, want, atol=tol, rtol=tol, err_msg=f"{name} at {dims}")
+
+
+def test_what_follows_the_down_projection_must_be_elementwise():
+    from mk.loaders.callable import task_from_callable
+
+    def post_norm(x, w1, w2):
+        y = jax.nn.relu(x @ w1) @ w2
+        return y / jnp.linalg.norm(y, axis=-1, keepdims=True)
+
+    task = task_from_callable(post_norm, scales={"ci": [((16, 128), _F32), ((128, 256), _F32), ((256, 128), _F32)]})
+    with pytest.raises(Unsupported, match="after the down-projection is not elementwise"):
+        swiglu.propose(task, trace_scales(task), "gpu")
+
+
+def test_the_triton_activation_rounds_each_bf16_step_as_the_reference_does():
+    """Set 3's LLaMA MLP (bf16, unit-variance weights, an output that cancels to small sums) was outside the judge's
+    bf16 tolerance on gpu at fresh seeds: the Triton kernel ran the activation in float32 unrounded. Each 16-bit step
+    is now rounded; the written kernel passes the judge's rule for a bf16 reference at three seeds."""
+    from mk.loaders.callable import task_from_callable
+
+    def llama(x, wg, wu, wd):
+        return (jax.nn.silu(x @ wg.T) * (x @ wu.T)) @ wd.T
+
+    shapes = [((2, 104, 512), _BF16), ((1376, 512), _BF16), ((1376, 512), _BF16), ((512, 1376), _BF16)]
+    task = task_from_callable(llama, scales={"ci": shapes}, name="llama")
+    prop = swiglu.propose(task, trace_scales(task), "gpu")
+    assert ".astype(jnp.bfloat16).astype(jnp.float32)" in prop.source
+    ns = {}
+    exec(compile(prop.source, "candidate", "exec"), ns)  # noqa: S102 - the written kernel under test
+    from mk.harness.compare import compare_fair
+    from mk.task import Tolerance
+
+    passed = 0
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        xs = [jnp.asarray(rng.normal(size=s), jnp.bfloat16) for s, _ in shapes]
+        want = np.asarray(jax.jit(llama)(*xs))
+        want32 = np.asarray(jax.jit(llama)(*[x.astype(jnp.float32) for x in xs]))
+        with get_target("gpu").execution():
+            got = np.asarray(jax.jit(ns["kernel"])(*xs))
+        passed += compare_fair([want], [want32], [got], Tolerance(0.02, 0.01)).ok  # the judge's bf16 rule
+    assert passed == 4

@@ -7,7 +7,9 @@ blocks of E, so no operand holds a whole row of x or column of wg), the
 activation, then that block's contribution through wd, all in registers; the
 (M, F) activations never go to HBM. Programs of one row block recompute the
 same activations for their column blocks (``block_n`` = D avoids that when D
-is small). The activation runs in f32 for 16-bit inputs (Triton lowers no
+is small). The products are rounded to the inputs' dtype, as the reference's
+are (a bf16 LLaMA MLP at a fresh seed was 10% off without it), and the
+activation runs in f32 for 16-bit inputs (Triton lowers no
 16-bit division). Sizes are zero-padded to power-of-two blocks (Triton's rule)
 and padded hidden columns are masked to zero after the activation.
 
@@ -80,12 +82,11 @@ _NN = (((1,), (0,)), ((), ()))  # a (m, k) block times a (k, n) block
 _NT = (((1,), (1,)), ((), ()))  # times an (n, k) block: a weight kept as (out, in), PyTorch's layout
 
 
-def _swiglu_gpu_kernel(*refs, nf, ne, block_e, block_f, hidden, gated, up_t, down_t, activation, inter_dtype,
-                       precision):
-    if gated:
-        x_ref, wg_ref, wu_ref, wd_ref, o_ref = refs
-    else:
-        (x_ref, wg_ref, wd_ref, o_ref), wu_ref = refs, None
+def _swiglu_gpu_kernel(*refs, nf, ne, block_e, block_f, hidden, gated, nh, up_t, down_t, activation, inter_dtype,
+                       product_dtype, precision, epilogue, down_dtype):
+    x_ref, wg_ref, *rest = refs
+    wu_ref = rest.pop(0) if gated else None
+    wd_ref, sides, out_sides, o_ref = rest[0], rest[1:1 + nh], rest[1 + nh:-1], rest[-1]
     zeros = jnp.zeros((x_ref.shape[0], block_f), jnp.float32)
 
     def step(j, acc):
@@ -103,7 +104,9 @@ def _swiglu_gpu_kernel(*refs, nf, ne, block_e, block_f, hidden, gated, up_t, dow
             return (up(wg_ref, gu[0]), up(wu_ref, gu[1])) if gated else (up(wg_ref, gu[0]),)
 
         gu = lax.fori_loop(0, ne, k_step, (zeros, zeros) if gated else (zeros,))
-        h = activation(*(p.astype(inter_dtype) for p in gu))
+        # the products rounded to their dtype first, as the reference's are, then the activation in inter_dtype
+        h = activation(*(p.astype(product_dtype).astype(inter_dtype) for p in gu),
+                       *(r[:, cols].astype(inter_dtype) for r in sides))
         live = j * block_f + lax.broadcasted_iota(jnp.int32, h.shape, 1) < hidden
         h = jnp.where(live, h, jnp.zeros_like(h)).astype(wd_ref.dtype)
         wd = wd_ref[:, cols] if down_t else wd_ref[cols, :]
@@ -111,17 +114,19 @@ def _swiglu_gpu_kernel(*refs, nf, ne, block_e, block_f, hidden, gated, up_t, dow
                                      preferred_element_type=jnp.float32)
 
     acc = lax.fori_loop(0, nf, step, jnp.zeros(o_ref.shape, jnp.float32))
-    o_ref[...] = acc.astype(o_ref.dtype)
+    y = acc.astype(down_dtype)
+    o_ref[...] = (y if epilogue is None else epilogue(y, *(r[...] for r in out_sides))).astype(o_ref.dtype)
 
 
 def swiglu_gpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=None, precision=None, block_m=64,
                block_f=64, block_n=128, block_e=64, num_warps=4, num_stages=2, smem_bytes=192 << 10, halves=False,
-               up_t=False, down_t=False):
+               up_t=False, down_t=False, hidden_sides=(), out_sides=(), epilogue=None, down_dtype=None):
     """``activation(x @ wg, x @ wu) @ wd`` (default ``silu(g) * u``) on padded power-of-two blocks, fitted to
     ``smem_bytes`` of shared memory (see the module docstring). ``wu=None``, ``halves``, ``up_t`` and ``down_t`` as
     in :func:`mk.kernels.swiglu.tpu.swiglu_tpu` (an ungated MLP, a fused gate-up weight, weights kept as (out, in)):
     transposed weights are read in place; a fused weight's halves are sliced apart here, where padding copies the
-    weights anyway."""
+    weights anyway. ``hidden_sides``, ``out_sides``, ``epilogue`` and ``down_dtype`` as there too (the hidden sides
+    reach the activation in its f32 dtype)."""
     if halves and wu is not None:
         raise ValueError("halves=True takes the gate and up weights as wg's two halves: pass wu=None")
     if halves:
@@ -144,20 +149,33 @@ def swiglu_gpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=No
     up_pad = ((0, f_pad - f), (0, e_pad - e)) if up_t else ((0, e_pad - e), (0, f_pad - f))
     ups = [jnp.pad(w, up_pad) for w in ups]
     wd = jnp.pad(wd, ((0, d_pad - d), (0, f_pad - f)) if down_t else ((0, f_pad - f), (0, d_pad - d)))
+    for a in hidden_sides:
+        if a.shape != (1, f):
+            raise ValueError(f"a hidden side is (1, F) = {(1, f)}, got {a.shape}")
+    for a in out_sides:
+        if a.shape not in ((1, d), (m, d)):
+            raise ValueError(f"an output side is (1, D) or (M, D) = {(1, d)} or {(m, d)}, got {a.shape}")
+    hs = [jnp.pad(a, ((0, 0), (0, f_pad - f))) for a in hidden_sides]
+    row_side = [a.shape[0] == 1 and m != 1 for a in out_sides]
+    os_ = [jnp.pad(a, ((0, 0 if r else m_pad - m), (0, d_pad - d))) for a, r in zip(out_sides, row_side)]
     up_block = (f_pad, e_pad) if up_t else (e_pad, f_pad)
     out = pl.pallas_call(
         functools.partial(_swiglu_gpu_kernel, nf=f_pad // bf, ne=e_pad // be, block_e=be, block_f=bf, hidden=f,
-                          gated=gated, up_t=up_t, down_t=down_t, activation=activation or _silu_gate,
-                          precision=precision,
+                          gated=gated, nh=len(hs), up_t=up_t, down_t=down_t, activation=activation or _silu_gate,
+                          precision=precision, epilogue=epilogue, down_dtype=down_dtype or x.dtype,
+                          product_dtype=x.dtype,
                           # Triton lowers no 16-bit division (sigmoid): 16-bit activations run in f32
                           inter_dtype=inter_dtype or jnp.promote_types(x.dtype, jnp.float32)),
         grid=(m_pad // bm, d_pad // bn),
         in_specs=[pl.BlockSpec((bm, e_pad), lambda i, j: (i, 0)),
                   *[pl.BlockSpec(up_block, lambda i, j: (0, 0)) for _ in ups],
                   pl.BlockSpec((bn, f_pad), lambda i, j: (j, 0)) if down_t
-                  else pl.BlockSpec((f_pad, bn), lambda i, j: (0, j))],
+                  else pl.BlockSpec((f_pad, bn), lambda i, j: (0, j)),
+                  *[pl.BlockSpec((1, f_pad), lambda i, j: (0, 0)) for _ in hs],
+                  *[pl.BlockSpec((1, bn), lambda i, j: (0, j)) if r else pl.BlockSpec((bm, bn), lambda i, j: (i, j))
+                    for r in row_side]],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((m_pad, d_pad), out_dtype or x.dtype),
         compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
-    )(x, *ups, wd)
+    )(x, *ups, wd, *hs, *os_)
     return out[:m, :d]

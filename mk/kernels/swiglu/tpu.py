@@ -39,22 +39,31 @@ _NN = (((1,), (0,)), ((), ()))  # a (m, k) block times a (k, n) block
 _NT = (((1,), (1,)), ((), ()))  # times an (n, k) block: a weight kept as (out, in), PyTorch's layout
 
 
-def _refs(refs, gated):
-    """(x, wg, wu or None, wd, out, scratch...) from the kernel's refs, with or without an up weight."""
-    if gated:
-        return refs[0], refs[1], refs[2], refs[3], refs[4], refs[5:]
-    return refs[0], refs[1], None, refs[2], refs[3], refs[4:]
+def _refs(refs, gated, nh, no):
+    """(x, wg, wu or None, wd, hidden sides, output sides, out, scratch) from the kernel's refs."""
+    x, wg, *rest = refs
+    wu = rest.pop(0) if gated else None
+    wd, rest = rest[0], rest[1:]
+    return x, wg, wu, wd, rest[:nh], rest[nh:nh + no], rest[nh + no], rest[nh + no + 1:]
 
 
-def _act(activation, g, u, inter_dtype):
-    """The activation on the products rounded to ``inter_dtype``: ``activation(g, u)`` gated, ``activation(g)`` not."""
-    if u is None:
-        return activation(g.astype(inter_dtype))
-    return activation(g.astype(inter_dtype), u.astype(inter_dtype))
+def _act(activation, g, u, sides, inter_dtype):
+    """The activation on the products rounded to ``inter_dtype`` and the hidden block of each hidden-side vector (a
+    bias of the up-projection): ``activation(g, u, *sides)`` gated, ``activation(g, *sides)`` not."""
+    ups = (g,) if u is None else (g, u)
+    return activation(*(p.astype(inter_dtype) for p in ups), *(r[...] for r in sides))
 
 
-def _swiglu_tpu_kernel(*refs, nf, gated, up_dims, down_dims, activation, inter_dtype, precision):
-    x_ref, wg_ref, wu_ref, wd_ref, o_ref, (acc_ref,) = _refs(refs, gated)
+def _finish(o_ref, acc, out_sides, epilogue, down_dtype):
+    """The output block: the down-projection rounded to its dtype, then the epilogue (bias, residual, cast) on it
+    and each output side's block."""
+    y = acc.astype(down_dtype)
+    o_ref[...] = (y if epilogue is None else epilogue(y, *(r[...] for r in out_sides))).astype(o_ref.dtype)
+
+
+def _swiglu_tpu_kernel(*refs, nf, gated, nh, no, up_dims, down_dims, activation, inter_dtype, precision, epilogue,
+                       down_dtype):
+    x_ref, wg_ref, wu_ref, wd_ref, sides, out_sides, o_ref, (acc_ref,) = _refs(refs, gated, nh, no)
     f = pl.program_id(1)
 
     @pl.when(f == 0)
@@ -65,16 +74,17 @@ def _swiglu_tpu_kernel(*refs, nf, gated, up_dims, down_dims, activation, inter_d
     g = lax.dot_general(x, wg_ref[...], up_dims, precision=precision, preferred_element_type=jnp.float32)
     u = None if wu_ref is None else lax.dot_general(x, wu_ref[...], up_dims, precision=precision,
                                                     preferred_element_type=jnp.float32)
-    h = _act(activation, g, u, inter_dtype).astype(wd_ref.dtype)
+    h = _act(activation, g, u, sides, inter_dtype).astype(wd_ref.dtype)
     acc_ref[...] += lax.dot_general(h, wd_ref[...], down_dims, precision=precision, preferred_element_type=jnp.float32)
 
     @pl.when(f == nf - 1)
     def _store():
-        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+        _finish(o_ref, acc_ref[...], out_sides, epilogue, down_dtype)
 
 
-def _swiglu_split_kernel(*refs, nf, ne, gated, up_dims, down_dims, activation, inter_dtype, precision):
-    x_ref, wg_ref, wu_ref, wd_ref, o_ref, (acc_ref, g_ref, *u_ref) = _refs(refs, gated)
+def _swiglu_split_kernel(*refs, nf, ne, gated, nh, no, up_dims, down_dims, activation, inter_dtype, precision,
+                         epilogue, down_dtype):
+    x_ref, wg_ref, wu_ref, wd_ref, sides, out_sides, o_ref, (acc_ref, g_ref, *u_ref) = _refs(refs, gated, nh, no)
     f, k = pl.program_id(1), pl.program_id(2)
 
     @pl.when((f == 0) & (k == 0))
@@ -95,13 +105,13 @@ def _swiglu_split_kernel(*refs, nf, ne, gated, up_dims, down_dims, activation, i
 
     @pl.when(k == ne - 1)
     def _down():
-        h = _act(activation, g_ref[...], u_ref[0][...] if u_ref else None, inter_dtype).astype(wd_ref.dtype)
+        h = _act(activation, g_ref[...], u_ref[0][...] if u_ref else None, sides, inter_dtype).astype(wd_ref.dtype)
         acc_ref[...] += lax.dot_general(h, wd_ref[...], down_dims, precision=precision,
                                         preferred_element_type=jnp.float32)
 
         @pl.when(f == nf - 1)
         def _store():
-            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+            _finish(o_ref, acc_ref[...], out_sides, epilogue, down_dtype)
 
 
 def _vmem_limits():
@@ -165,14 +175,19 @@ def _block(n, want, quantum):
 
 
 def swiglu_tpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=None, precision=None, block_m=128,
-               block_f=256, vmem_budget=None, halves=False, up_t=False, down_t=False):
+               block_f=256, vmem_budget=None, halves=False, up_t=False, down_t=False, hidden_sides=(), out_sides=(),
+               epilogue=None, down_dtype=None):
     """``activation(x @ wg, x @ wu) @ wd`` (default ``silu(g) * u``); x (M, E), wg/wu (E, F), wd (F, D).
 
     The MLPs models write, through one kernel: ``wu=None`` is an ungated MLP, ``activation(x @ wg) @ wd`` (ReLU²,
     GELU); ``halves=True`` a fused gate-up weight, wg (E, 2F) whose first F columns make the activation's first
     argument and the rest its second (``wu=None``); ``up_t``/``down_t``: the up weights (F, E) (or (2F, E)) and wd
     (D, F), kept as (out, in) as PyTorch ports do, read in place by the blocks' index maps (nothing is transposed in
-    HBM). ``block_m``/``block_f`` are requests, fitted at trace time to ``vmem_budget`` bytes (default 3/4 of the
+    HBM). ``hidden_sides``: (1, F) arrays (an up-projection's bias), whose (1, block_f) block of the hidden block is
+    passed to the activation after the products; ``epilogue(y, *blocks)`` runs on the finished output block ``y``
+    (the down-projection in ``down_dtype``, by default the inputs') with the block of each of ``out_sides``: (1, D)
+    arrays (a bias) or (M, D) (a residual), and its result is cast to ``out_dtype``. ``block_m``/``block_f`` are
+    requests, fitted at trace time to ``vmem_budget`` bytes (default 3/4 of the
     chip's scoped VMEM), with E in blocks when the whole E does not fit."""
     if halves and wu is not None:
         raise ValueError("halves=True takes the gate and up weights as wg's two halves: pass wu=None")
@@ -188,15 +203,18 @@ def swiglu_tpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=No
     out_dtype = out_dtype or x.dtype
     scoped, physical = _vmem_limits()
     budget = vmem_budget or scoped * 3 // 4
+    # an (M, D) output side (a residual) takes a block like the output's: planned as wider output items
+    tiles = sum(jnp.dtype(a.dtype).itemsize for a in out_sides if a.shape[0] == m and m != 1)
     sizes = dict(x_itemsize=jnp.dtype(x.dtype).itemsize, w_itemsize=jnp.dtype(wg.dtype).itemsize,
-                 out_itemsize=jnp.dtype(out_dtype).itemsize)
+                 out_itemsize=jnp.dtype(out_dtype).itemsize + tiles)
     bm, bf, be = swiglu_blocks(m, e, f, d, block_m=block_m, block_f=block_f, budget=budget, ups=1 + gated, **sizes)
     if halves and bf % 128 and bf != f2x:
         # a block of one half is not a legal block of the fused weight (its lanes need 128 columns): split it in HBM
         first, second = (wg[:f], wg[f:]) if up_t else (wg[:, :f], wg[:, f:])
         return swiglu_tpu(x, first, second, wd, activation=activation, inter_dtype=inter_dtype, out_dtype=out_dtype,
                           precision=precision, block_m=block_m, block_f=block_f, vmem_budget=vmem_budget,
-                          up_t=up_t, down_t=down_t)
+                          up_t=up_t, down_t=down_t, hidden_sides=hidden_sides, out_sides=out_sides,
+                          epilogue=epilogue, down_dtype=down_dtype)
     need = swiglu_vmem_bytes(bm, bf, be, e, d, ups=1 + gated, **sizes)
     params = {"vmem_limit_bytes": int(min(max(scoped, need * 5 // 4 + (4 << 20)), physical * 15 // 16))} \
         if need > budget else {}
@@ -214,10 +232,22 @@ def swiglu_tpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=No
     else:
         wd_spec = pl.BlockSpec((bf, d), (lambda i, j, k: (j, 0)) if split else (lambda i, j: (j, 0)))
     out_spec = pl.BlockSpec((bm, d), (lambda i, j, k: (i, 0)) if split else (lambda i, j: (i, 0)))
+    for a in hidden_sides:
+        if a.shape != (1, f):
+            raise ValueError(f"a hidden side is (1, F) = {(1, f)}, got {a.shape}")
+    for a in out_sides:
+        if a.shape not in ((1, d), (m, d)):
+            raise ValueError(f"an output side is (1, D) or (M, D) = {(1, d)} or {(m, d)}, got {a.shape}")
+    side_specs = [pl.BlockSpec((1, bf), (lambda i, j, k: (0, j)) if split else (lambda i, j: (0, j)))
+                  for _ in hidden_sides]
+    whole_row = pl.BlockSpec((1, d), (lambda i, j, k: (0, 0)) if split else (lambda i, j: (0, 0)))
+    side_specs += [whole_row if a.shape[0] == 1 and m != 1 else out_spec for a in out_sides]
     ups = [wg, wg if halves else wu] if gated else [wg]
     specs = [up_spec(0), up_spec(second)] if gated else [up_spec(0)]
-    common = dict(gated=gated, up_dims=_NT if up_t else _NN, down_dims=_NT if down_t else _NN,
-                  activation=activation or _silu_gate, inter_dtype=inter_dtype or x.dtype, precision=precision)
+    common = dict(gated=gated, nh=len(hidden_sides), no=len(out_sides), up_dims=_NT if up_t else _NN,
+                  down_dims=_NT if down_t else _NN, activation=activation or _silu_gate,
+                  inter_dtype=inter_dtype or x.dtype, precision=precision, epilogue=epilogue,
+                  down_dtype=down_dtype or x.dtype)
     scratch = [pltpu.VMEM((bm, d), jnp.float32)]
     if split:
         body = functools.partial(_swiglu_split_kernel, nf=f // bf, ne=e // be, **common)
@@ -229,9 +259,9 @@ def swiglu_tpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=No
     return pl.pallas_call(
         body,
         grid=grid,
-        in_specs=[x_spec, *specs, wd_spec],
+        in_specs=[x_spec, *specs, wd_spec, *side_specs],
         out_specs=out_spec,
         out_shape=jax.ShapeDtypeStruct((m, d), out_dtype),
         scratch_shapes=scratch,
         compiler_params=pltpu.CompilerParams(dimension_semantics=sem, **params),
-    )(x, *ups, wd)
+    )(x, *ups, wd, *hidden_sides, *out_sides)
