@@ -369,3 +369,27 @@ def test_the_mask_check_at_a_full_size_stays_small():
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("GOT "))
     assert line.startswith("GOT [True, False]")
     assert int(line.split()[-1]) < 1500  # MB: a (12288, 12288) int32 mask alone is 600 MB; 4x64 copies are 150 GB
+
+
+def test_a_finite_fill_above_minus_1e8_is_computed_not_skipped():
+    """GPT-2 masks with -1e4: once real scores fall below it (outlier inputs), the masked future keys win the softmax.
+    A kernel that skipped them as causal was 5e7 off on set 3's gpt2 attention (the judge caught it); such a fill is
+    now part of the score modification, every key block visited."""
+    def gpt2(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+        s = jnp.where(jnp.tril(jnp.ones((q.shape[2], k.shape[2]), bool)), s, jnp.float32(-1e4))
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+    task = task_from_callable(gpt2, scales={"ci": [BHSD] * 3}, name="gpt2_fill")
+    made = OfflineAuthor().propose(task, "tpu")
+    assert "attention" in made.declined  # the causal-flag template does not take it
+    src = next(p.source for p in made.proposals if p.template == "mla")
+    assert "mod=_score_mod" in src
+    ns: dict = {}
+    exec(compile(src, "candidate", "exec"), ns)  # noqa: S102 - the written kernel under test
+    rng = np.random.default_rng(4)
+    q, k, v = (jnp.asarray(rng.normal(size=(1, 2, 128, 64)) * s, jnp.float32) for s in (100.0, 100.0, 1.0))
+    want = np.asarray(gpt2(q, k, v))
+    with get_target("tpu").execution():
+        got = np.asarray(jax.jit(ns["kernel"])(q, k, v))
+    np.testing.assert_allclose(got, want, atol=1e-3, rtol=1e-3)

@@ -189,7 +189,8 @@ def same_mask_everywhere(probes, causal: bool) -> None:
         dots = [i for i, op in enumerate(prog.ops) if op.prim == "dot_general"]
         if not score_mod.keeps(score_mod.find(prog, dots[0], dots[1]), causal):
             raise Unsupported(f"the mask on the scores is {'causal' if causal else 'none'} at the probed size but not "
-                              "at every size traced (a window wider than that sequence, an offset): the flash-attention "
+                              "at every size traced (a window wider than that sequence, an offset), or its fill is "
+                              f"above {score_mod.EXCLUDING_FILL:g} and takes part in the softmax: the flash-attention "
                               "template has only its causal flag")
 
 

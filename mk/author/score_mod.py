@@ -208,10 +208,18 @@ def _scalar_consts(op: Op) -> Op:
     return Op(op.prim, ins, params, op.out, op.bind)
 
 
+#: a mask's fill at or below which masking a score equals leaving its key out: exp(fill - max) is 0 unless the real
+#: scores reach below it. GPT-2's -1e4 is not (set 3's gpt2 attention: with outlier inputs the masked future keys
+#: won the softmax, and a kernel that skipped them was 5e7 off); -1e9 (jaxbench 1p, MaxText; -998244352 in bf16),
+#: -inf and the dtype's lowest are, and a fill above it is computed where it is, every key block visited.
+EXCLUDING_FILL = -1e8
+
+
 def keeps(mod: ScoreMod, causal: bool) -> bool:
     """Whether the masks of a plain modification (made without the inputs) keep exactly the scores the kernel's causal
     flag keeps (key j for query i when j <= i; every key when not causal), evaluated at this trace's sizes: a window
-    wider than the authoring sequence looks causal there, and only there.
+    wider than the authoring sequence looks causal there, and only there. A mask whose fill is above
+    :data:`EXCLUDING_FILL` never does: its masked scores take part in the softmax.
 
     The masks are computed in one jitted program over compact values (a (S, S) mask stays (1, 1, S, S) however many
     batches and heads it is broadcast over), which XLA fuses into the comparisons: no mask is held in memory at the
@@ -220,6 +228,10 @@ def keeps(mod: ScoreMod, causal: bool) -> bool:
     import jax.numpy as jnp
 
     selects = [op for op in mod.ops if op.prim == "select_n" and len(op.ins) == 3 and not op.ins[0].is_const]
+    for op in selects:
+        fill = op.ins[1] if _on_scores(op.ins[2], op.ins[1], mod) else op.ins[2]
+        if not fill.is_const or not float(fill.const) <= EXCLUDING_FILL:
+            return False  # a finite fill (GPT-2's -1e4) wins the softmax once the real scores fall below it
     rows, cols = mod.scores.shape[-2:]
 
     def check() -> Any:
