@@ -161,3 +161,26 @@ def test_the_float32_rule_keeps_the_other_checks():
     bf = np.dtype(ml_dtypes.bfloat16)
     assert not compare_fair_f64([reference.astype(bf)], [truth], [candidate.astype(bf)], TOL).ok  # bf16: the other rule
     assert F32_MAX_FACTOR >= 4  # honest reorderings measured up to 3.6x (see mk.harness.compare)
+
+
+def test_a_huge_exact_fill_excuses_nothing_elsewhere():
+    """Stop 39's red team: with the half step taken at the output's largest value, a bf16 ``finfo.min`` fill (exact,
+    so the reference's own error stays tiny) made the step 6.6e35, and zeros where the scores are, a dropped scale or
+    noise passed. The step is now each value's own."""
+    rng = np.random.default_rng(0)
+    s = (rng.standard_normal((64, 64)) * 4).astype(np.float32)
+    causal = np.tril(np.ones((64, 64), bool))
+    fill = float(ml_dtypes.finfo(BF16).min)
+    truth = np.where(causal, s, fill).astype(np.float32)
+    reference = truth.astype(BF16)
+    for wrong in (np.where(causal, 0.0, fill), np.where(causal, s * 8, fill)):
+        assert not compare_fair([reference], [truth], [wrong.astype(BF16)], Tolerance(2e-2, 2e-2)).ok
+
+
+def test_small_values_get_no_room_from_the_large_ones():
+    truth, reference = _cancelling(2)
+    truth[:, :32] = truth[:, :32] / 300  # values near 200 beside values near 60,000 (own error about 128)
+    reference = truth.astype(BF16)
+    wrong = truth.copy()
+    wrong[:, :32] = 0.0  # the small half dropped: within half a step of the large values, not of their own
+    assert not compare_fair([reference], [truth], [wrong.astype(BF16)], Tolerance(2e-2, 1e-6)).ok
