@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from mk.author.emit import dtype_expr, Emitter, family_section, file_head, language_stem, MASKED_HELPER, module_body, Unsupported
+from mk.author.emit import dtype_expr, Emitter, family_section, file_head, language_stem, body_helpers, module_body, Unsupported
 from mk.author.ir import stated_precision
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
@@ -577,7 +577,7 @@ def _render(task: Task, names: list[str], used: list, body: Any, target: str, co
         *family_section(module),
         "",
         "",
-        *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
+        *body_helpers(body),
         *helpers(body.primitives, has_pow2=gpu),
         f"def _epilogue(tile{''.join(', ' + n for n in pnames)}{', *, ' + kwargs if kwargs else ''}):",
         '    """The reference after its convolution, on one sample\'s tile (1, *spatial, channels)."""',

@@ -65,6 +65,41 @@ _FILL = {"reduce_sum": "0", "reduce_max": "'low'", "reduce_min": "'high'", "redu
          "reduce_or": "False", "argmax": "'low'", "argmin": "'high'"}
 
 #: the helper a kernel with padded blocks defines (see ``Emitter(mask=True)``)
+#: a block body's unary forms where kernels differ from plain JAX: neither Mosaic nor Triton lowers erf or erfc (exact
+#: GELU is x * erfc(-x / sqrt 2) / 2), so a kernel computes them with :data:`ERF_HELPER` (erfc as 1 - erf: exact to
+#: the float's absolute rounding; a tiny erfc(x) for x > 4 becomes 0)
+_KERNEL_UNARY = {**_UNARY, "erf": "_erf({0})", "erfc": "(1.0 - _erf({0}))"}
+
+ERF_HELPER = '''def _erf(x):
+    """erf in float32 by a rational approximation (Eigen's; within 4e-7 of the exact value): neither Mosaic nor
+    Triton lowers lax.erf."""
+    xf = jnp.clip(x.astype(jnp.float32), -4.0, 4.0)
+    x2 = xf * xf
+    p = x2 * -2.72614225801306e-10 + 2.77068142495902e-08
+    p = x2 * p + -2.10102402082508e-06
+    p = x2 * p + -5.69250639462346e-05
+    p = x2 * p + -7.34990630326855e-04
+    p = x2 * p + -2.95459980854025e-03
+    p = x2 * p + -1.60960333262415e-02
+    q = x2 * -1.45660718464996e-05 + -2.13374055278905e-04
+    q = x2 * q + -1.68282697438203e-03
+    q = x2 * q + -7.37332916720468e-03
+    q = x2 * q + -1.42647390514189e-02
+    return (xf * p / q).astype(x.dtype)'''
+
+
+def body_helpers(*bodies: Emitted | None) -> list[str]:
+    """The helper functions the emitted ``bodies`` call (:data:`MASKED_HELPER`, :data:`ERF_HELPER`), each followed by
+    two blank lines, for the written file."""
+    prims = set().union(*(b.primitives for b in bodies if b is not None))
+    out: list[str] = []
+    if "_masked" in prims:
+        out += [*MASKED_HELPER.splitlines(), "", ""]
+    if prims & {"erf", "erfc"}:
+        out += [*ERF_HELPER.splitlines(), "", ""]
+    return out
+
+
 MASKED_HELPER = '''def _masked(x, axis, n, fill):
     """x with its entries at or past n along axis (block padding) set to fill, so a reduction ignores them."""
     if x.shape[axis] == n:
@@ -185,8 +220,8 @@ class Emitter:
             raise Unsupported(f"primitive {prim!r} with several outputs is not supported in a block body")
         out = eqn.outvars[0]
         rank = len(out.aval.shape)
-        if prim in _UNARY:
-            self._set(out, _UNARY[prim].format(ins[0][0]), lead)
+        if prim in _KERNEL_UNARY:
+            self._set(out, _KERNEL_UNARY[prim].format(ins[0][0]), lead)
         elif prim in _BINARY:
             self._set(out, _BINARY[prim].format(ins[0][0], ins[1][0]), lead)
         elif prim == "integer_pow":

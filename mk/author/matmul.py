@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mk.author.emit import dtype_expr, Emitter, family_section, file_head, language_stem, MASKED_HELPER, Unsupported
+from mk.author.emit import dtype_expr, Emitter, family_section, file_head, language_stem, body_helpers, ERF_HELPER, Unsupported
 from mk.author.ir import stated_precision
 from mk.author.groups import GroupEmitter, helpers
 from mk.author.pooling import PoolEmitter
@@ -223,7 +223,9 @@ def _with_tail(src: str, task: Task, tail: Any, pnames: list[str], used: list) -
     bind = ", ".join(f"{v.name}={v.source}" for v in used)
     lines.insert(at + 1, f"    tail = functools.partial(_tail, {bind})" if bind else "    tail = _tail")
     kw = ", ".join(v.name for v in used)
-    lines[at:at] = [f"def _tail(y{''.join(', ' + n for n in pnames)}{', *, ' + kw if kw else ''}):",
+    erf = [*ERF_HELPER.splitlines(), "", ""] if tail.primitives & {"erf", "erfc"} and "def _erf(" not in src else []
+    lines[at:at] = [*erf,
+                    f"def _tail(y{''.join(', ' + n for n in pnames)}{', *, ' + kw if kw else ''}):",
                     '    """The reference from the first step a block of rows cannot do alone (a statistic across rows, a '
                     'move of rows, a further matrix product) on: whole arrays, after the kernel."""',
                     *[f"    {l}" for l in tail.lines], f"    return {tail.outputs[0]}", "", ""]
@@ -308,7 +310,7 @@ def _render(task: Task, names: list[str], used: list, body, target: str, lhs: Op
         *family_section(module),
         "",
         "",
-        *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
+        *body_helpers(body),
         *extra,
         f"def _epilogue(acc{''.join(', ' + n for n in pnames)}{', *, ' + kwargs if kwargs else ''}):",
         '    """The reference after its matrix product, on one finished block of the product."""',

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mk.author.emit import Emitter, family_section, language_stem, MASKED_HELPER, Unsupported
+from mk.author.emit import Emitter, family_section, language_stem, body_helpers, Unsupported
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
 from mk.author.trace import Traced
@@ -181,7 +181,7 @@ def _render(task: Task, names: list[str], used: list, body, layout: RowLayout, t
         f"    return ({', '.join(body.outputs)},)",
         "",
         "",
-        *([*MASKED_HELPER.splitlines(), "", ""] if "_masked" in body.primitives else []),
+        *body_helpers(body),
         *family_section(rw_gpu if pad else rw_tpu),
         "",
         "",

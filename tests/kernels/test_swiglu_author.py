@@ -218,3 +218,52 @@ def test_the_triton_activation_rounds_each_bf16_step_as_the_reference_does():
             got = np.asarray(jax.jit(ns["kernel"])(*xs))
         passed += compare_fair([want], [want32], [got], Tolerance(0.02, 0.01)).ok  # the judge's bf16 rule
     assert passed == 4
+
+
+# --- a norm before the MLP: its own whole-rows kernel (mk.author.prologue) ----------------------------------------
+
+def _prenorm_residual(x, scale, bias, w1, b1, w2, b2):  # ViT: x + MLP(LayerNorm(x))
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.var(x, axis=-1, keepdims=True)
+    y = (x - mean) * jax.lax.rsqrt(var + 1e-6) * scale + bias
+    return x + (jax.nn.gelu(y @ w1 + b1, approximate=False) @ w2 + b2)
+
+
+def _rms_swiglu(x, g, wg, wu, wd):  # LLaMA: SwiGLU(RMSNorm(x)), bf16 with float32 statistics
+    h = x.astype(jnp.float32)
+    h = (h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + 1e-5) * g.astype(jnp.float32)).astype(x.dtype)
+    return (jax.nn.silu(h @ wg) * (h @ wu)) @ wd
+
+
+PRENORM = {
+    "prenorm_residual": (_prenorm_residual, [((2, 40, 128), _F32), ((128,), _F32), ((128,), _F32), ((128, 256), _F32),
+                                             ((256,), _F32), ((256, 128), _F32), ((128,), _F32)]),
+    "rms_swiglu": (_rms_swiglu, [((48, 128), _BF16), ((128,), _BF16), ((128, 256), _BF16), ((128, 256), _BF16),
+                                 ((256, 128), _BF16)]),
+}
+
+
+@pytest.mark.parametrize("target", ["tpu", "gpu"])
+@pytest.mark.parametrize("name", sorted(PRENORM))
+def test_a_norm_before_the_mlp_is_its_own_kernel(name, target):
+    from mk.loaders.callable import task_from_callable
+
+    fn, shapes = PRENORM[name]
+    task = task_from_callable(fn, scales={"ci": shapes}, name=name)
+    prop = swiglu.propose(task, trace_scales(task), target)
+    assert "def _prologue(" in prop.source and f"rowwise_{target}(" in prop.source
+    assert check_source(prop.source, target=target, require_pallas=True).ok
+    ns = {}
+    exec(compile(prop.source, "candidate", "exec"), ns)  # noqa: S102 - the written kernel under test
+    rng = np.random.default_rng(2)
+    rows = [(tuple(2 * n if k == 0 and i == 0 else n for k, n in enumerate(s)), d) for i, (s, d) in enumerate(shapes)]
+    for dims in (shapes, rows):
+        xs = [jnp.asarray(rng.normal(size=s) * (1 if i <= 1 else 0.05), d) for i, (s, d) in enumerate(dims)]
+        want = np.asarray(jax.jit(fn)(*[x.astype(jnp.float32) for x in xs]), np.float32)
+        with get_target(target).execution():
+            got = np.asarray(jax.jit(ns["kernel"])(*xs), np.float32)
+        tol = 5e-2 if shapes[0][1] == _BF16 else 1e-4
+        np.testing.assert_allclose(got, want, atol=tol, rtol=tol, err_msg=f"{name} at {dims}")
+    # lowered for the chip as the judge's compile stage does: neither Mosaic nor Triton lowers lax.erf or lax.erfc
+    # (exact GELU), which the kernel computes with its own _erf
+    get_target(target).lower(ns["kernel"], *[jax.ShapeDtypeStruct(s, d) for s, d in shapes])
