@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mk.author.emit import _BINARY, _INLINE, _REDUCE, _UNARY, Unsupported, dtype_expr
+from mk.author.emit import _BINARY, _INLINE, _REDUCE, _UNARY, Unsupported, dtype_expr, exact_form
 
 #: elementwise primitives (output shape = broadcast of the inputs)
 ELEMENTWISE = frozenset(_UNARY) | frozenset(_BINARY) | {
@@ -250,6 +250,9 @@ def render(programs: list[Program], probes: Any, names: list[str]) -> tuple[list
 def _expr(op: Op, ins: list[str], shape: str) -> str:
     p = op.params
     prim = op.prim
+    exact = exact_form(prim, p, op.out.dtype, ins)
+    if exact is not None:
+        return exact
     if prim in _UNARY:
         return _UNARY[prim].format(ins[0])
     if prim in _BINARY:

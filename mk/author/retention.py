@@ -24,7 +24,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from mk.author.emit import _BINARY, _UNARY, dtype_expr, family_section, file_head, language_stem, Unsupported
+from mk.author.emit import _BINARY, _UNARY, dtype_expr, exact_form, family_section, file_head, language_stem, Unsupported
 from mk.author.ir import ELEMENTWISE, Op, Program, Val, _Dims, _expr, from_jaxpr
 from mk.author.probe import arg_names, probes_for, signature
 from mk.author.proposal import Proposal
@@ -114,7 +114,10 @@ def _chain(ops: list[Op], start: Val, name: str, end: Val) -> list[str]:
                 raise Unsupported("the row normaliser broadcasts along an axis")
             names[id(op.out)] = ins[0]
             continue
-        if op.prim in _UNARY:
+        exact = exact_form(op.prim, op.params, op.out.dtype, ins)
+        if exact is not None:
+            expr = exact
+        elif op.prim in _UNARY:
             expr = _UNARY[op.prim].format(*ins)
         elif op.prim in _BINARY:
             expr = _BINARY[op.prim].format(*ins)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import jax.numpy as jnp
+from jax import lax
 
 from mk.author import prologue
 from mk.author.emit import dtype_expr, Emitter, family_section, file_head, language_stem, body_helpers, Unsupported
@@ -32,6 +34,11 @@ from mk.author.trace import Traced
 from mk.kernels.swiglu import Shapes, default, gpu as gpu_kernel, space, tpu as tpu_kernel
 from mk.task import Task, np_dtype
 from mk.targets import kernel_language, kernel_spec
+
+#: names the written file defines or ``kernel`` binds: an input so named would be shadowed
+_LOCALS = frozenset({"_lead", "_e", "_d", "_out", "_g", "_u", "_y", "_rows", "_gate", "_epilogue", "_prologue", "_erf",
+                     "_masked", "swiglu_tpu", "swiglu_gpu", "jax", "jnp", "lax", "pl", "pltpu", "pltriton", "functools",
+                     "math", "CONFIG_SPACE"})
 
 #: what a gate on a block of hidden units may do: elementwise work only (a reduction would see one block)
 _NOT_ELEMENTWISE = ("reduce_", "argm", "cum", "reshape", "transpose", "squeeze", "expand_dims", "dot_general", "sort")
@@ -147,6 +154,8 @@ def _sides(em: Emitter, eqns: list[Any], ins: list[Any], skip: set[Any], names: 
             if isinstance(v, Literal) or v not in ins or v in skip or any(s.index == ins.index(v) for s in found):
                 continue
             shape = tuple(v.aval.shape)
+            if shape and shape[-1] == width and all(n == 1 for n in shape[:-1]) and len(shape) > 2:
+                raise Unsupported(f"{what} reads a vector of rank {len(shape)} {shape}: a bias of rank 1 or 2 only")
             if shape and shape[-1] == width and all(n == 1 for n in shape[:-1]):
                 found.append(Side(ins.index(v), "col", len(shape)))
                 em.bind(v, names[ins.index(v)], False)
@@ -185,7 +194,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     x, flat = _unflattened(x, producers, ins, used)
     names = arg_names(task)
     probes = probes_for(task, traced)
-    taken = set(names) | {v.name for v in probes.vars} | {"g", "u", "y"}
+    taken = set(names) | {v.name for v in probes.vars} | {"_g", "_u", "_y"}
     pro = None
     if x not in ins:  # a norm of the input first: its own whole-rows kernel (mk.author.prologue)
         try:
@@ -196,6 +205,11 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         used |= {id(e) for e in pro.eqns}
         if set(names) & prologue.NAMES:
             raise Unsupported("an input is named like a function of the written prologue")
+    if not all(jnp.issubdtype(d.outvars[0].aval.dtype, jnp.floating) for d in dots):
+        raise Unsupported("an integer matrix product (the kernels accumulate in float32)")
+    clash = set(names) & (_LOCALS | set(default(kernel_spec(target), Shapes(8, 128, 128, 128)).kwargs(target)))
+    if clash:
+        raise Unsupported(f"an input is named like a name of the written kernel: {sorted(clash)}")
     if len({u[2] for u in ups}) != 1 or (len(ups) == 2 and ins[ups[0][1]].aval.shape != ins[ups[1][1]].aval.shape):
         raise Unsupported("the gate and up weights differ in shape or layout")
     up_t = ups[0][2]
@@ -207,6 +221,9 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
             tuple(final.aval.shape[:-1]) == tuple(x.aval.shape[:-1]) and len(back.invars[0].aval.shape) == 2:
         used.add(id(back))  # the output reshaped back to the input's leading axes: the kernel's own reshape
         final = back.invars[0]
+    elif flat and len(x.aval.shape) != 2:
+        raise Unsupported("the input is flattened to rows and the output left flat: the kernel restores the input's "
+                          "leading axes")
     up_outs = {id(d.outvars[0]) for d in dots[:-1]}
     feeding = {id(e) for e in _feeding(h, producers, up_outs)}
     middle = [e for e in jaxpr.eqns if id(e) in feeding and id(e) not in used]  # in the jaxpr's order
@@ -221,14 +238,14 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
     em = Emitter(lead, probes, taken=taken)
     halves = _halves(middle, dots[0].outvars[0]) if len(dots) == 2 else None
     if halves is not None:
-        em.bind(halves[0], "g", True)
-        em.bind(halves[1], "u", True)
+        em.bind(halves[0], "_g", True)
+        em.bind(halves[1], "_u", True)
         middle = [e for e in middle if id(e) not in halves[2]]
-        gate_args = ["g", "u"]
+        gate_args = ["_g", "_u"]
     else:
-        for d, name in zip(dots[:-1], "gu"):
+        for d, name in zip(dots[:-1], ("_g", "_u")):
             em.bind(d.outvars[0], name, True)
-        gate_args = ["g", "u"] if len(dots) == 3 else ["g"]
+        gate_args = ["_g", "_u"] if len(dots) == 3 else ["_g"]
     w1 = ins[ups[0][1]].aval.shape
     e_dim, f = w1[::-1] if up_t else w1
     f //= 2 if halves is not None else 1
@@ -241,7 +258,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         _rounded(body, em, middle)
     out_shape = tuple(dots[-1].outvars[0].aval.shape)
     epi = Emitter(lead, probes, taken=taken)
-    epi.bind(dots[-1].outvars[0], "y", True)
+    epi.bind(dots[-1].outvars[0], "_y", True)
     outs = _sides(epi, tail, ins, set(), names, out_shape[-1], out_shape, "the work after the down-projection")
     made = {id(dots[-1].outvars[0])} | {id(o) for e in tail for o in e.outvars}
     if any(id(v) not in made and v not in ins for e in tail for v in e.invars if hasattr(v, "aval") and
@@ -318,6 +335,8 @@ def _render(task: Task, names: list[str], xi: int, ws: tuple[int, int | None, in
     prec_expr = "lax.Precision.HIGHEST" if np.dtype(dots[0].invars[0].aval.dtype) == np.float32 else "None"
     if prec is not None and any(p is not None for p in (prec if isinstance(prec, tuple) else (prec,))):
         first = prec[0] if isinstance(prec, tuple) else prec
+        if not isinstance(first, lax.Precision):
+            raise Unsupported(f"a product's precision {first!r} is not a lax.Precision the kernels take")
         prec_expr = f"lax.Precision.{getattr(first, 'name', 'DEFAULT')}"
     inter = dtype_expr(dots[0].outvars[0].aval.dtype)
     x, (wg, wu, wd) = names[xi] if pro is None else "_rows", (None if i is None else names[i] for i in ws)
@@ -362,7 +381,7 @@ def _render(task: Task, names: list[str], xi: int, ws: tuple[int, int | None, in
         "",
         "",
         *([] if epilogue is None else [
-            f"def _epilogue({', '.join(['y'] + [names[s.index] for s in outs])}):",
+            f"def _epilogue({', '.join(['_y'] + [names[s.index] for s in outs])}):",
             '    """The reference after its down-projection, on one output block."""',
             *_at_rank(outs, names),
             *[f"    {l}" for l in epilogue.lines],
@@ -371,12 +390,13 @@ def _render(task: Task, names: list[str], xi: int, ws: tuple[int, int | None, in
             ""]),
         f"def kernel({signature(task, cfg_sig)}):",
         *before,
-        f"    lead, e = {x}.shape[:-1], {x}.shape[-1]",
-        f"    d = {wd}.shape[{0 if layout.down_t else 1}]",
-        f"    out = {fn}({x}.reshape(-1, e), {wg}, {wu}, {wd}, activation=_gate, {layout.kwargs()}"
+        f"    _lead, _e = {x}.shape[:-1], {x}.shape[-1]",
+        f"    _d = {wd}.shape[{0 if layout.down_t else 1}]",
+        f"    _out = {fn}({x}.reshape(-1, _e), {wg}, {wu}, {wd}, activation=_gate, {layout.kwargs()}"
         + _side_args(hidden, outs, names, epilogue is not None, dtype_expr(dots[-1].outvars[0].aval.dtype))
-        + ("" if gpu else f"inter_dtype={inter}, ") + f"out_dtype={out_dtype}, precision={prec_expr}, {cfg_call})",
-        "    return out.reshape(*lead, d)",
+        + (f"product_dtype={inter}, " if gpu else f"inter_dtype={inter}, ")
+        + f"out_dtype={out_dtype}, precision={prec_expr}, {cfg_call})",
+        "    return _out.reshape(*_lead, _d)",
         "",
     ]
     return "\n".join(lines)
@@ -395,7 +415,7 @@ def _at_rank(sides: list[Side], names: list[str]) -> list[str]:
 def _side_args(hidden: list[Side], outs: list[Side], names: list[str], epilogue: bool, down_dtype: str) -> str:
     """The kernel call's side arguments: vectors as (1, n), values shaped like the output as (M, D)."""
     def arg(s: Side) -> str:
-        return f"{names[s.index]}.reshape(1, -1)" if s.kind == "col" else f"{names[s.index]}.reshape(-1, d)"
+        return f"{names[s.index]}.reshape(1, -1)" if s.kind == "col" else f"{names[s.index]}.reshape(-1, _d)"
 
     text = ""
     if hidden:
@@ -403,5 +423,5 @@ def _side_args(hidden: list[Side], outs: list[Side], names: list[str], epilogue:
     if outs:
         text += f"out_sides=({''.join(arg(s) + ', ' for s in outs)}), "
     if epilogue:
-        text += f"epilogue=_epilogue, down_dtype={down_dtype}, "
-    return text
+        text += "epilogue=_epilogue, "
+    return text + f"down_dtype={down_dtype}, "

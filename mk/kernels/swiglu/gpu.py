@@ -78,6 +78,11 @@ def _swiglu_fit(bm, be, bf, bn, *, itemsize, num_warps, num_stages, smem_bytes, 
             return bm, be, bf, bn
 
 
+def _float(x, dtype):
+    """A floating side in the activation's dtype; a boolean or integer one (a mask, ids) as it is."""
+    return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+
 _NN = (((1,), (0,)), ((), ()))  # a (m, k) block times a (k, n) block
 _NT = (((1,), (1,)), ((), ()))  # times an (n, k) block: a weight kept as (out, in), PyTorch's layout
 
@@ -106,7 +111,7 @@ def _swiglu_gpu_kernel(*refs, nf, ne, block_e, block_f, hidden, gated, nh, up_t,
         gu = lax.fori_loop(0, ne, k_step, (zeros, zeros) if gated else (zeros,))
         # the products rounded to their dtype first, as the reference's are, then the activation in inter_dtype
         h = activation(*(p.astype(product_dtype).astype(inter_dtype) for p in gu),
-                       *(r[:, cols].astype(inter_dtype) for r in sides))
+                       *(_float(r[:, cols], inter_dtype) for r in sides))
         live = j * block_f + lax.broadcasted_iota(jnp.int32, h.shape, 1) < hidden
         h = jnp.where(live, h, jnp.zeros_like(h)).astype(wd_ref.dtype)
         wd = wd_ref[:, cols] if down_t else wd_ref[cols, :]
@@ -120,13 +125,15 @@ def _swiglu_gpu_kernel(*refs, nf, ne, block_e, block_f, hidden, gated, nh, up_t,
 
 def swiglu_gpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=None, precision=None, block_m=64,
                block_f=64, block_n=128, block_e=64, num_warps=4, num_stages=2, smem_bytes=192 << 10, halves=False,
-               up_t=False, down_t=False, hidden_sides=(), out_sides=(), epilogue=None, down_dtype=None):
+               up_t=False, down_t=False, hidden_sides=(), out_sides=(), epilogue=None, down_dtype=None,
+               product_dtype=None):
     """``activation(x @ wg, x @ wu) @ wd`` (default ``silu(g) * u``) on padded power-of-two blocks, fitted to
     ``smem_bytes`` of shared memory (see the module docstring). ``wu=None``, ``halves``, ``up_t`` and ``down_t`` as
     in :func:`mk.kernels.swiglu.tpu.swiglu_tpu` (an ungated MLP, a fused gate-up weight, weights kept as (out, in)):
     transposed weights are read in place; a fused weight's halves are sliced apart here, where padding copies the
     weights anyway. ``hidden_sides``, ``out_sides``, ``epilogue`` and ``down_dtype`` as there too (the hidden sides
-    reach the activation in its f32 dtype)."""
+    reach the activation in its f32 dtype); ``product_dtype`` (the inputs' by default): what the products are rounded
+    to before the activation, as the reference's are."""
     if halves and wu is not None:
         raise ValueError("halves=True takes the gate and up weights as wg's two halves: pass wu=None")
     if halves:
@@ -156,14 +163,14 @@ def swiglu_gpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=No
         if a.shape not in ((1, d), (m, d)):
             raise ValueError(f"an output side is (1, D) or (M, D) = {(1, d)} or {(m, d)}, got {a.shape}")
     hs = [jnp.pad(a, ((0, 0), (0, f_pad - f))) for a in hidden_sides]
-    row_side = [a.shape[0] == 1 and m != 1 for a in out_sides]
+    row_side = [a.shape[0] == 1 for a in out_sides]  # one row: a (1, D) side whichever it is
     os_ = [jnp.pad(a, ((0, 0 if r else m_pad - m), (0, d_pad - d))) for a, r in zip(out_sides, row_side)]
     up_block = (f_pad, e_pad) if up_t else (e_pad, f_pad)
     out = pl.pallas_call(
         functools.partial(_swiglu_gpu_kernel, nf=f_pad // bf, ne=e_pad // be, block_e=be, block_f=bf, hidden=f,
                           gated=gated, nh=len(hs), up_t=up_t, down_t=down_t, activation=activation or _silu_gate,
                           precision=precision, epilogue=epilogue, down_dtype=down_dtype or x.dtype,
-                          product_dtype=x.dtype,
+                          product_dtype=product_dtype or x.dtype,
                           # Triton lowers no 16-bit division (sigmoid): 16-bit activations run in f32
                           inter_dtype=inter_dtype or jnp.promote_types(x.dtype, jnp.float32)),
         grid=(m_pad // bm, d_pad // bn),

@@ -204,7 +204,7 @@ def swiglu_tpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=No
     scoped, physical = _vmem_limits()
     budget = vmem_budget or scoped * 3 // 4
     # an (M, D) output side (a residual) takes a block like the output's: planned as wider output items
-    tiles = sum(jnp.dtype(a.dtype).itemsize for a in out_sides if a.shape[0] == m and m != 1)
+    tiles = sum(jnp.dtype(a.dtype).itemsize for a in out_sides if a.shape[0] != 1)
     sizes = dict(x_itemsize=jnp.dtype(x.dtype).itemsize, w_itemsize=jnp.dtype(wg.dtype).itemsize,
                  out_itemsize=jnp.dtype(out_dtype).itemsize + tiles)
     bm, bf, be = swiglu_blocks(m, e, f, d, block_m=block_m, block_f=block_f, budget=budget, ups=1 + gated, **sizes)
@@ -241,7 +241,7 @@ def swiglu_tpu(x, wg, wu, wd, *, activation=None, inter_dtype=None, out_dtype=No
     side_specs = [pl.BlockSpec((1, bf), (lambda i, j, k: (0, j)) if split else (lambda i, j: (0, j)))
                   for _ in hidden_sides]
     whole_row = pl.BlockSpec((1, d), (lambda i, j, k: (0, 0)) if split else (lambda i, j: (0, 0)))
-    side_specs += [whole_row if a.shape[0] == 1 and m != 1 else out_spec for a in out_sides]
+    side_specs += [whole_row if a.shape[0] == 1 else out_spec for a in out_sides]  # one row: (1, D) either way
     ups = [wg, wg if halves else wu] if gated else [wg]
     specs = [up_spec(0), up_spec(second)] if gated else [up_spec(0)]
     common = dict(gated=gated, nh=len(hidden_sides), no=len(out_sides), up_dims=_NT if up_t else _NN,
