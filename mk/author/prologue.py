@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
-import numpy as np
 
 from mk.author.emit import Emitted, Emitter, Unsupported
 from mk.author.probe import Probes
@@ -46,22 +45,9 @@ def find(jaxpr: Any, out: Any, names: list[str], probes: Probes, target: str, ta
     computed row by row from one input shaped like it (the same leading axes)."""
     ins = list(jaxpr.invars)
     producers = {v: e for e in jaxpr.eqns for v in e.outvars}
-    found: dict[int, Any] = {}
-    stack = [out]
-    while stack:
-        v = stack.pop()
-        if type(v).__name__ == "Literal" or v in ins:
-            continue
-        e = producers.get(v)
-        if e is None:
-            raise Unsupported("the product's left operand reads a value it does not compute")
-        if id(e) in found:
-            continue
-        if e.primitive.name == "dot_general":
-            raise Unsupported("the product's left operand is itself a matrix product")
-        found[id(e)] = e
-        stack.extend(e.invars)
-    eqns = [e for e in jaxpr.eqns if id(e) in found]  # in the jaxpr's order
+    eqns = feeding(jaxpr.eqns, out, producers, set())
+    if any(e.primitive.name == "dot_general" for e in eqns):
+        raise Unsupported("the product's left operand is computed through a matrix product")
     read = [v for e in eqns for v in e.invars if type(v).__name__ != "Literal" and v in ins]
     lead = len(out.aval.shape) - 1
     rows = [v for v in dict.fromkeys(read) if tuple(v.aval.shape[:lead]) == tuple(out.aval.shape[:lead])
@@ -112,5 +98,17 @@ def call_lines(pro: Prologue, names: list[str], target: str, shapes: list[tuple[
     return [f"    {result} = {call}[0]  # the row-wise prologue, its own kernel"]
 
 
-def itemsize(dtype: Any) -> int:
-    return int(np.dtype(dtype).itemsize)
+
+def feeding(eqns: Sequence[Any], v: Any, producers: dict[Any, Any], stop: set[int]) -> list[Any]:
+    """The eqns (of ``eqns``, in their order) that compute ``v``, back to the inputs and the values whose ids are in
+    ``stop``."""
+    found: set[int] = set()
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        e = None if type(x).__name__ == "Literal" else producers.get(x)
+        if e is None or id(e) in found or any(id(o) in stop for o in e.outvars):
+            continue
+        found.add(id(e))
+        stack.extend(e.invars)
+    return [e for e in eqns if id(e) in found]

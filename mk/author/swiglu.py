@@ -127,20 +127,6 @@ def _halves(eqns: list[Any], h: Any) -> tuple[Any, Any, set[int]] | None:
     return first.outvars[0], second.outvars[0], {id(first), id(second)}
 
 
-def _feeding(v: Any, producers: dict[Any, Any], stop: set[int]) -> list[Any]:
-    """The eqns that ``v`` is computed by, back to the values in ``stop`` (ids) and the inputs."""
-    found: dict[int, Any] = {}
-    stack = [v]
-    while stack:
-        v = stack.pop()
-        e = None if type(v).__name__ == "Literal" else producers.get(v)
-        if e is None or id(e) in found or any(id(o) in stop for o in e.outvars):
-            continue
-        found[id(e)] = e
-        stack.extend(e.invars)
-    return list(found.values())
-
-
 def _sides(em: Emitter, eqns: list[Any], ins: list[Any], skip: set[Any], names: list[str], width: int,
            rows: tuple[int, ...] | None, what: str) -> list[Side]:
     """Bind each input ``eqns`` read (other than ``skip``) as a side: a vector over the block's last axis (``width``:
@@ -225,8 +211,7 @@ def propose(task: Task, traced: list[Traced], target: str) -> Proposal:
         raise Unsupported("the input is flattened to rows and the output left flat: the kernel restores the input's "
                           "leading axes")
     up_outs = {id(d.outvars[0]) for d in dots[:-1]}
-    feeding = {id(e) for e in _feeding(h, producers, up_outs)}
-    middle = [e for e in jaxpr.eqns if id(e) in feeding and id(e) not in used]  # in the jaxpr's order
+    middle = [e for e in prologue.feeding(jaxpr.eqns, h, producers, up_outs) if id(e) not in used]
     if any(e in dots[:-1] for e in middle) or producers.get(h) is None and h not in ins:
         raise Unsupported("the down-projection does not read the activation of the up-projections")
     reads = {id(v) for e in middle for v in e.invars}
@@ -346,7 +331,7 @@ def _render(task: Task, names: list[str], xi: int, ws: tuple[int, int | None, in
         from mk.kernels.rowwise import gpu as rw_gpu, tpu as rw_tpu
 
         shapes = [traced[0].shapes[pro.row], tuple(pro.out.aval.shape)]
-        sizes = [np_dtype(task.args[pro.row].dtype).itemsize, prologue.itemsize(pro.out.aval.dtype)]
+        sizes = [np_dtype(task.args[pro.row].dtype).itemsize, np.dtype(pro.out.aval.dtype).itemsize]
         before = prologue.call_lines(pro, names, target, shapes, sizes, "_rows")
         head = [*family_section(rw_gpu if gpu else rw_tpu), "", "", *prologue.body_lines(pro, names), "", ""]
     cfg_sig = ", ".join(f"{k}={v!r}" for k, v in config.items())
